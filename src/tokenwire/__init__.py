@@ -1,0 +1,35 @@
+"""tokenwire: the streaming frontend of LLM inference.
+
+Token ids in; exact text, stop handling and OpenAI-compatible responses out."""
+
+from tokenwire.detok import DecodeBatch, DecodeStream
+from tokenwire.messages.errors import (
+    ClientDisconnected,
+    CodecError,
+    DecodeError,
+    InternalError,
+    OverloadedError,
+    QueueFullError,
+    TokenizeError,
+    TokenwireError,
+    ValidationError,
+)
+from tokenwire.tokenizer import Tokenizer
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "ClientDisconnected",
+    "CodecError",
+    "DecodeBatch",
+    "DecodeError",
+    "DecodeStream",
+    "InternalError",
+    "OverloadedError",
+    "QueueFullError",
+    "TokenizeError",
+    "Tokenizer",
+    "TokenwireError",
+    "ValidationError",
+    "__version__",
+]

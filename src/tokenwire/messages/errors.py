@@ -1,0 +1,109 @@
+"""Error kinds. Every error tokenwire reports is a value of this family and carries the HTTP status
+the server answers with; ``str()`` of an error reads ``"<kind prefix>: <detail>"``."""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+__all__ = [
+    "ClientDisconnected",
+    "CodecError",
+    "DecodeError",
+    "InternalError",
+    "OverloadedError",
+    "QueueFullError",
+    "TokenizeError",
+    "TokenwireError",
+    "ValidationError",
+]
+
+
+class TokenwireError(Exception):
+    """Base of every tokenwire error: ``status`` is the HTTP status, ``detail`` the bare message.
+
+    ``param`` optionally names the request field the error is about (as the client spelled it)."""
+
+    status: ClassVar[int] = 500
+    prefix: ClassVar[str] = "error"
+    error_type: ClassVar[str] = "internal_error"
+
+    def __init__(self, detail: str, *, param: str | None = None) -> None:
+        super().__init__(detail)
+        self.detail = detail
+        self.param = param
+
+    def __str__(self) -> str:
+        return f"{self.prefix}: {self.detail}"
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self.detail!r})"
+
+    def __eq__(self, other: object) -> bool:
+        return type(other) is type(self) and other.detail == self.detail  # type: ignore[attr-defined]
+
+    def __hash__(self) -> int:
+        return hash((type(self), self.detail))
+
+
+class ValidationError(TokenwireError):
+    """The request is invalid (400)."""
+
+    status = 400
+    prefix = "validation failed"
+    error_type = "invalid_request_error"
+
+
+class TokenizeError(TokenwireError):
+    """The prompt could not be tokenized (500)."""
+
+    status = 500
+    prefix = "tokenize failed"
+    error_type = "internal_error"
+
+
+class DecodeError(TokenwireError):
+    """A generated token id could not be turned into text (500)."""
+
+    status = 500
+    prefix = "detokenize failed"
+    error_type = "internal_error"
+
+
+class CodecError(TokenwireError):
+    """A message between frontend and engine could not be encoded or decoded (500)."""
+
+    status = 500
+    prefix = "codec error"
+    error_type = "internal_error"
+
+
+class InternalError(TokenwireError):
+    """Anything else that is the server's fault (500)."""
+
+    status = 500
+    prefix = "internal error"
+    error_type = "internal_error"
+
+
+class QueueFullError(TokenwireError):
+    """The engine cannot take the request now, or is gone (503)."""
+
+    status = 503
+    prefix = "service unavailable"
+    error_type = "service_unavailable"
+
+
+class OverloadedError(TokenwireError):
+    """Too many requests in flight (429)."""
+
+    status = 429
+    prefix = "overloaded"
+    error_type = "rate_limit_exceeded"
+
+
+class ClientDisconnected(TokenwireError):
+    """The client went away before the response was complete (499)."""
+
+    status = 499
+    prefix = "client disconnected"
+    error_type = "client_closed_request"
