@@ -14,6 +14,8 @@ from tokenwire.messages.errors import (
     TokenwireError,
     ValidationError,
 )
+from tokenwire.messages.finish_reason import FinishReason
+from tokenwire.messages.sampling import SamplingParams
 from tokenwire.tokenizer import Tokenizer
 
 __version__ = "0.1.0"
@@ -24,9 +26,11 @@ __all__ = [
     "DecodeBatch",
     "DecodeError",
     "DecodeStream",
+    "FinishReason",
     "InternalError",
     "OverloadedError",
     "QueueFullError",
+    "SamplingParams",
     "TokenizeError",
     "Tokenizer",
     "TokenwireError",

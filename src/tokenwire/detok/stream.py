@@ -115,7 +115,7 @@ class DecodeStream:
         self._ctx_tail = 0
         self._g = _GenericShared.of(tokenizer, skip_special_tokens) if table is None else None
 
-    # ---- public API ----------------------------------------------------------------------------
+    # ---- public API ------------------------------------------------------------------------------
 
     @property
     def fast(self) -> bool:
@@ -183,7 +183,7 @@ class DecodeStream:
             self._parts.append(text)
         return text
 
-    # ---- prompt context ------------------------------------------------------------------------
+    # ---- prompt context --------------------------------------------------------------------------
 
     def decode_prompt_context(self, ids: Sequence[int]) -> tuple[str, list[int]]:
         """Decode prompt-only context: ``(text, ids used)``. Ids the tokenizer cannot map are
@@ -211,7 +211,7 @@ class DecodeStream:
             self._seed_generic()
         self.prefix_seeded = True
 
-    # ---- fast path -----------------------------------------------------------------------------
+    # ---- fast path -------------------------------------------------------------------------------
 
     def _seed_fast(self) -> None:
         table = self._table
@@ -372,7 +372,7 @@ class DecodeStream:
         self._irregular = self._strip_left > 0
         return text
 
-    # ---- generic path --------------------------------------------------------------------------
+    # ---- generic path ----------------------------------------------------------------------------
 
     def _seed_generic(self) -> None:
         ids = self._prompt

@@ -12,15 +12,22 @@ from tokenwire.messages.errors import (
     TokenwireError,
     ValidationError,
 )
+from tokenwire.messages.finish_reason import FinishReason
+from tokenwire.messages.regex import StopRegex, admit_stop_regex
+from tokenwire.messages.sampling import SamplingParams
 
 __all__ = [
     "ClientDisconnected",
     "CodecError",
     "DecodeError",
+    "FinishReason",
     "InternalError",
     "OverloadedError",
     "QueueFullError",
+    "SamplingParams",
+    "StopRegex",
     "TokenizeError",
     "TokenwireError",
     "ValidationError",
+    "admit_stop_regex",
 ]
