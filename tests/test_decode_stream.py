@@ -212,7 +212,7 @@ def test_hold_limit_does_not_break_a_character_completed_late(btok, fast):
     assert "".join(pieces) + tail == expected_delta(btok, b("p"), gen, True)
 
 
-# ---- real tokenizers whose model vocabulary is larger than the tokenizer ------------------------
+# ---- real tokenizers whose model vocabulary is larger than the tokenizer -------------------------
 
 BIG_MODEL_VOCAB = ["qwen3", "deepseek_v3", "gemma3", "gptoss"]
 

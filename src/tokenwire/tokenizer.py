@@ -138,7 +138,7 @@ class Tokenizer:
         self._generic_shared: dict[bool, Any] = {}
         self._tables_lock = threading.Lock()
 
-    # ---- construction ------------------------------------------------------------------------
+    # ---- construction ----------------------------------------------------------------------------
 
     @classmethod
     def from_file(
@@ -235,7 +235,7 @@ class Tokenizer:
             name=DEFAULT_TOKENIZER_NAME,
         )
 
-    # ---- vocabulary ----------------------------------------------------------------------------
+    # ---- vocabulary ------------------------------------------------------------------------------
 
     @property
     def hf(self) -> tokenizers.Tokenizer:
@@ -267,7 +267,7 @@ class Tokenizer:
         """Ids of the special added tokens."""
         return self._special_ids
 
-    # ---- encode / decode -----------------------------------------------------------------------
+    # ---- encode / decode -------------------------------------------------------------------------
 
     def encode(self, text: str, *, add_special_tokens: bool = True) -> list[int]:
         """Token ids of ``text``; ``TokenizeError`` if the tokenizer fails."""
@@ -314,7 +314,7 @@ class Tokenizer:
                     param=field,
                 )
 
-    # ---- fast decode tables -------------------------------------------------------------------
+    # ---- fast decode tables ----------------------------------------------------------------------
 
     def decode_table(self, skip_special_tokens: bool = True) -> DecodeTable | None:
         """The precomputed per-token decode table, or None when this tokenizer's decoder is not

@@ -100,6 +100,14 @@ class DecodeBatch:
             raise KeyError(slot)
         return stream
 
+    def push(self, slot: int, token_id: int) -> str:
+        """One token for one slot (``DecodeError`` if the tokenizer cannot map it)."""
+        stream = self.stream(slot)
+        try:
+            return stream.push_token(token_id)
+        finally:
+            self._irregular[slot] = stream._irregular or self._table is None
+
     def flush(self, slot: int) -> str:
         """End of ``slot``'s stream: whatever it still holds."""
         text = self.stream(slot).flush()

@@ -50,7 +50,7 @@ class FinishReason:
         self._fields = fields
         self._extra = extra or {}
 
-    # ---- construction --------------------------------------------------------------------------
+    # ---- construction ----------------------------------------------------------------------------
 
     @classmethod
     def stop(cls, matched: Matched | None = None) -> FinishReason:
@@ -107,7 +107,7 @@ class FinishReason:
         out.update(self._extra)
         return out
 
-    # ---- accessors -----------------------------------------------------------------------------
+    # ---- accessors -------------------------------------------------------------------------------
 
     @property
     def type(self) -> Any:

@@ -109,7 +109,7 @@ class SamplingParams:
         if self.top_k == -1:
             self.top_k = TOP_K_ALL
 
-    # ---- construction from a request -----------------------------------------------------------
+    # ---- construction from a request -------------------------------------------------------------
 
     @classmethod
     def from_dict(
@@ -142,7 +142,7 @@ class SamplingParams:
                 del kwargs[g]
         return cls(**kwargs)
 
-    # ---- normalize / verify -------------------------------------------------------------------
+    # ---- normalize / verify ----------------------------------------------------------------------
 
     def normalize(
         self, tokenizer: Tokenizer | None, *, names: Mapping[str, str] | None = None
@@ -264,7 +264,7 @@ class SamplingParams:
         if self.stream_interval is not None and self.stream_interval < 1:
             fail("stream_interval", f"must be at least 1, got {self.stream_interval}")
 
-    # ---- engine wire format --------------------------------------------------------------------
+    # ---- engine wire format ----------------------------------------------------------------------
 
     def to_wire(self) -> bytes:
         """A positional msgpack array, one fixed slot per field (nil for unset)."""

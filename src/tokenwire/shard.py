@@ -1,0 +1,599 @@
+"""``DetokShard``: the per-request egress state machine.
+
+For every decode step the engine sends one batch frame. The shard detokenizes every request's new
+tokens together (``DecodeBatch``), then, per request and per token in order:
+
+1. A token-level stop (EOS, ``stop_token_ids``: the engine's ``stop`` finish with a token
+   ``matched``) is not emitted as text unless ``no_stop_trim``; it still counts as a token.
+2. Its text comes from the request's decode stream; an id the tokenizer cannot map ends only this
+   request (``Error`` item, engine abort).
+3. Past ``min_new_tokens``, stop strings: the earliest-completing match that includes new text wins
+   (ties in list order); the text ends at the match start (through the stop with
+   ``no_stop_trim``); later tokens of the step are dropped; the engine request is aborted.
+4. Stop regexes (RE2), over the window their ``max_len`` needs: a match stops the same way, with
+   the matched text kept and ``matched`` the pattern.
+5. While streaming, the longest suffix that is a prefix of some stop string is held back, so no
+   partial stop string ever reaches the client.
+6. The engine's own finish (``length``, EOS, abort) passes through on a final ``Done`` with the
+   held text and whatever the decoder still holds.
+
+Delivery goes through each request's ``EgressSink``: when it is full, the delta is merged into
+the newest undelivered item (bounded by ``max_pending_text``, past which the request ends); when
+it is closed, the request ends. Both abort the request in the engine. Not thread-safe: call it
+from one thread (the sinks' consumers may live elsewhere).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from tokenwire.detok.batch import DecodeBatch
+from tokenwire.messages.egress import Done, EgressSink, Error, Frame
+from tokenwire.messages.errors import (
+    DecodeError,
+    InternalError,
+    OverloadedError,
+    TokenwireError,
+)
+from tokenwire.messages.finish_reason import FinishReason
+from tokenwire.messages.frames import MALFORMED_FRAME, Decoded
+from tokenwire.messages.regex import UNBOUNDED
+from tokenwire.messages.sampling import SamplingParams
+
+if TYPE_CHECKING:
+    from tokenwire.tokenizer import Tokenizer
+
+__all__ = ["DEFAULT_MAX_PENDING_TEXT", "DetokShard"]
+
+#: Characters a request may have waiting for a slow client before it is ended.
+DEFAULT_MAX_PENDING_TEXT = 1 << 20
+
+
+class _Req:
+    """One request's egress state (its token count lives in the shard's ``_ntok`` column)."""
+
+    __slots__ = (
+        "batch",
+        "hold_chars",
+        "hold_prefixes",
+        "held",
+        "min_new",
+        "no_trim",
+        "regexes",
+        "rid",
+        "rtail",
+        "rtail_keep",
+        "sid",
+        "sink",
+        "slot",
+        "stops",
+    )
+
+    def __init__(
+        self,
+        rid: str,
+        sid: int,
+        sink: EgressSink,
+        batch: DecodeBatch,
+        slot: int,
+        params: SamplingParams,
+    ) -> None:
+        self.rid = rid
+        self.sid = sid
+        self.sink = sink
+        self.batch = batch
+        self.slot = slot
+        self.held = ""  # text held back: it may be the start of a stop string
+        self.min_new = params.min_new_tokens
+        self.no_trim = params.no_stop_trim
+        stops = params.stop_strs if params.stop_strs is not None else _as_list(params.stop)
+        self.stops: tuple[str, ...] = tuple(stops)
+        # For the hold-back: the characters that can end a proper prefix of a stop string, and
+        # for each, the prefixes that end with it, longest first.
+        prefixes: dict[str, list[str]] = {}
+        for s in self.stops:
+            for k in range(len(s) - 1, 0, -1):
+                prefixes.setdefault(s[k - 1], []).append(s[:k])
+        for c in prefixes:
+            prefixes[c].sort(key=len, reverse=True)
+        self.hold_prefixes = prefixes
+        self.hold_chars = frozenset(prefixes)
+        self.regexes = tuple(params.stop_regexes)
+        keep = max((r.max_len for r in self.regexes), default=0)
+        self.rtail_keep = None if keep >= UNBOUNDED else max(keep - 1, 0)
+        self.rtail = ""  # recent text, for regexes whose matches start in delivered text
+
+    @property
+    def mode(self) -> int:
+        """How the next token is handled: 0 as is, 1 with held text, 2 the exact path."""
+        return 2 if self.regexes else 1 if self.held else 0
+
+
+def _as_list(value: str | list[str] | None) -> list[str]:
+    if value is None:
+        return []
+    return [value] if isinstance(value, str) else list(value)
+
+
+_SEP = "\x00"
+
+
+class DetokShard:
+    """Turns decoded batch frames into per-request text deltas and final items."""
+
+    def __init__(
+        self,
+        abort: Callable[[str], None] | None = None,
+        *,
+        max_pending_text: int = DEFAULT_MAX_PENDING_TEXT,
+    ) -> None:
+        self._abort_cb = abort
+        self.max_pending_text = max_pending_text
+        self._reqs: dict[str, _Req] = {}
+        self._sid: dict[str, int] = {}  # rid -> shard slot
+        self._batches: dict[tuple[int, bool], DecodeBatch] = {}
+        self._batch_list: list[DecodeBatch] = []
+        # Per shard slot: the request, its sink's try_send, and numpy columns.
+        self._by_sid: list[_Req | None] = []
+        self._sinks: list[EgressSink | None] = []
+        self._free: list[int] = []
+        self._ntok = np.zeros(0, dtype=np.int64)  # tokens so far
+        # 0: deliver as is, 1: held text to look at, 2: the exact path (stop regexes).
+        self._mode = np.full(0, 2, dtype=np.int8)
+        self._dslot = np.zeros(0, dtype=np.intp)  # slot in its DecodeBatch
+        self._bidx = np.zeros(0, dtype=np.intp)  # index of its DecodeBatch
+        # Stop strings and hold-back characters of the live requests (with counts), for the
+        # step-wide pre-check.
+        self._stop_refs: dict[str, int] = {}
+        self._hold_refs: dict[str, int] = {}
+        self._prechecks: tuple[tuple[str, ...], np.ndarray, bool] | None = None
+
+    def __len__(self) -> int:
+        return len(self._reqs)
+
+    def __contains__(self, rid: object) -> bool:
+        return rid in self._reqs
+
+    @property
+    def live_slots(self) -> int:
+        """Decode slots in use over all batches (for leak checks)."""
+        return sum(len(b) for b in self._batch_list)
+
+    # ---- lifecycle -------------------------------------------------------------------------------
+
+    def register(
+        self,
+        rid: str,
+        sink: EgressSink,
+        tokenizer: Tokenizer,
+        prompt_ids: Sequence[int],
+        params: SamplingParams,
+    ) -> None:
+        """Start tracking ``rid``: its text goes to ``sink``. ``params`` should be normalized."""
+        if rid in self._reqs:
+            raise InternalError(f"request id {rid!r} is already registered")
+        skip = params.skip_special_tokens
+        key = (id(tokenizer), skip)
+        batch = self._batches.get(key)
+        if batch is None:
+            batch = self._batches[key] = DecodeBatch(tokenizer, skip_special_tokens=skip)
+            self._batch_list.append(batch)
+        slot = batch.add(prompt_ids)
+        sid = self._free.pop() if self._free else self._grow()
+        st = _Req(rid, sid, sink, batch, slot, params)
+        self._reqs[rid] = st
+        self._sid[rid] = sid
+        self._by_sid[sid] = st
+        self._sinks[sid] = sink
+        self._ntok[sid] = 0
+        self._mode[sid] = st.mode
+        self._dslot[sid] = slot
+        self._bidx[sid] = self._batch_list.index(batch)
+        self._count(st, +1)
+
+    def _grow(self) -> int:
+        sid = len(self._by_sid)
+        self._by_sid.append(None)
+        self._sinks.append(None)
+        if sid >= len(self._ntok):
+            size = max(64, 2 * len(self._ntok))
+            for name, fill in (("_ntok", 0), ("_mode", 2), ("_dslot", 0), ("_bidx", 0)):
+                old = getattr(self, name)
+                new = np.full(size, fill, dtype=old.dtype)
+                new[: len(old)] = old
+                setattr(self, name, new)
+        return sid
+
+    def _count(self, st: _Req, delta: int) -> None:
+        for refs, keys in ((self._stop_refs, st.stops), (self._hold_refs, st.hold_chars)):
+            for k in keys:
+                n = refs.get(k, 0) + delta
+                if n:
+                    refs[k] = n
+                else:
+                    del refs[k]
+        if st.stops:
+            self._prechecks = None  # recomputed on the next step
+
+    def fail(self, rid: str, error: TokenwireError) -> None:
+        """The request failed (an engine error): deliver ``Error``, forget it."""
+        st = self._reqs.get(rid)
+        if st is not None:
+            st.sink.send_final(Error(error))
+            self._forget(st)
+
+    def abort(self, rid: str) -> bool:
+        """The frontend gives the request up (client gone, timeout): forget it, abort it in the
+        engine. Returns whether it was live."""
+        st = self._reqs.get(rid)
+        if st is None:
+            return False
+        self._forget(st)
+        self._engine_abort(rid)
+        return True
+
+    def _forget(self, st: _Req) -> None:
+        if self._reqs.pop(st.rid, None) is None:
+            return
+        del self._sid[st.rid]
+        st.batch.remove(st.slot)
+        self._by_sid[st.sid] = None
+        self._sinks[st.sid] = None
+        self._mode[st.sid] = 2
+        self._free.append(st.sid)
+        self._count(st, -1)
+
+    def _engine_abort(self, rid: str) -> None:
+        if self._abort_cb is not None:
+            self._abort_cb(rid)
+
+    # ---- one decode step -------------------------------------------------------------------------
+
+    def on_frame(self, decoded: Decoded) -> None:
+        """Process one decoded batch frame."""
+        if not decoded.ok:
+            for rid in decoded.rids:
+                self.fail(rid, InternalError(MALFORMED_FRAME))
+            return
+        rids = decoded.rids
+        n = len(rids)
+        if not n:
+            return
+        tok_lens = decoded.tok_lens
+        if min(tok_lens) != 1 or max(tok_lens) != 1 or decoded.has_extras:
+            self._general_step(decoded)
+            return
+        ids = decoded.token_ids
+        prompt = decoded.prompt_tokens
+        finishes = decoded.finish_reasons
+        try:
+            sids = list(map(self._sid.__getitem__, rids))
+        except KeyError:
+            # Late chunks for requests already gone are dropped.
+            sid_get = self._sid.get
+            keep = [j for j, rid in enumerate(rids) if sid_get(rid) is not None]
+            if not keep:
+                return
+            rids = [rids[j] for j in keep]
+            sids = [self._sid[rid] for rid in rids]
+            ids = ids[np.asarray(keep, dtype=np.intp)]
+            prompt = [prompt[j] for j in keep]
+            finishes = [finishes[j] for j in keep]
+        self._fast_step(rids, sids, ids, prompt, finishes)
+
+    def _fast_step(
+        self,
+        rids: list[str],
+        sids: list[int],
+        ids: np.ndarray,
+        prompt: list[int],
+        finishes: list[FinishReason | None],
+    ) -> None:
+        """One token per request: columnar all the way to the items, except for the few requests
+        that finish, or that a stop string or the hold-back concerns."""
+        n = len(sids)
+        sid_arr = np.array(sids, dtype=np.intp)
+        texts, errors = self._decode(sid_arr, ids)
+        ntok = self._ntok[sid_arr] + 1
+        self._ntok[sid_arr] = ntok
+        # Per request: 0 deliver as is; 1 held text or the hold-back to look at; 2 the exact path.
+        flags = self._mode[sid_arr]
+        if errors:
+            flags[list(errors)] = 2
+        if finishes.count(None) != n:
+            flags[[j for j, fin in enumerate(finishes) if fin is not None]] = 2
+        stops, hold_lookup, all_exact = self._precheck()
+        if all_exact:
+            flags[:] = 2
+        elif stops or len(hold_lookup) > 1:
+            # All texts in one string, one separator after each: text j ends at ends[j].
+            big = _SEP.join(texts) + _SEP
+            codes = np.frombuffer(big.encode("utf-32-le"), dtype=np.uint32)
+            if big.count(_SEP) == n:
+                ends = np.flatnonzero(codes == 0)
+            else:  # some text holds the separator character itself
+                ends = np.cumsum(np.fromiter(map(len, texts), dtype=np.int64, count=n) + 1) - 1
+            for s in stops:  # a stop string may complete in this step's text
+                p = big.find(s)
+                while p != -1:
+                    flags[int(np.searchsorted(ends, p))] = 2
+                    p = big.find(s, p + 1)
+            if len(hold_lookup) > 1:  # the text may end with the start of a stop string
+                nonempty = np.empty(n, dtype=bool)
+                nonempty[0] = ends[0] > 0
+                np.greater(ends[1:], ends[:-1] + 1, out=nonempty[1:])
+                last = codes[np.maximum(ends - 1, 0)]
+                flags |= (np.take(hold_lookup, last, mode="clip") & nonempty).view(np.int8)
+        id_list = ids.tolist()
+        sinks = self._sinks
+        by_sid = self._by_sid
+        blocked = []
+        for j, rid, tid, pt, text, nt, sid, f in zip(
+            range(n), rids, id_list, prompt, texts, ntok.tolist(), sids, flags.tolist()
+        ):
+            if f:
+                if f > 1:
+                    continue  # the exact path, below
+                st = by_sid[sid]
+                assert st is not None
+                held = st.held
+                if held:
+                    window = held + text
+                    # Held text and new text together may complete a stop string.
+                    if text and any(s in window for s in st.stops):
+                        flags[j] = 2
+                        continue
+                else:
+                    window = text
+                # Hold back the longest suffix that is a proper prefix of a stop string.
+                text = window
+                held = ""
+                if window:
+                    for prefix in st.hold_prefixes.get(window[-1], ()):
+                        if window.endswith(prefix):
+                            held = prefix
+                            text = window[: -len(prefix)]
+                            break
+                st.held = held
+                self._mode[sid] = 1 if held else 0
+            item = Frame(rid, [tid], None, pt, text, nt)
+            # EgressSink.try_send's happy path, inline (the shard is the sinks' one producer).
+            sink = sinks[sid]
+            dq = sink._dq  # type: ignore[union-attr]
+            if len(dq) < sink.capacity and sink._waiter is None and not sink._closed:  # type: ignore[union-attr]
+                dq.append(item)
+            else:
+                blocked.append(item)
+        for j in np.flatnonzero(flags > 1).tolist():
+            st = self._by_sid[sids[j]]
+            assert st is not None
+            self._ntok[st.sid] -= 1  # the exact path counts it again
+            fin = finishes[j]
+            if fin is not None and _trims(st, fin, id_list[j : j + 1]):
+                self._advance(st, [""], [id_list[j]], fin, prompt[j], None)  # a stop token
+            elif j in errors:
+                self._decode_failed(st, errors[j], fin)
+            else:
+                self._advance(st, [texts[j]], [id_list[j]], fin, prompt[j], None)
+        for item in blocked:
+            st = self._reqs.get(item.rid)
+            if st is not None and st.sink.try_send(item) is not None:
+                self._blocked(st, item, None)
+
+    def _decode(
+        self, sid_arr: np.ndarray, ids: np.ndarray
+    ) -> tuple[list[str], dict[int, DecodeError]]:
+        """One token per request: every request's text, batch-decoded."""
+        bidx = self._bidx[sid_arr]
+        dslot = self._dslot[sid_arr]
+        if len(self._batch_list) == 1 or bidx.min() == bidx.max():
+            return self._batch_list[int(bidx[0])].step(dslot, ids)
+        texts: list[str] = [""] * len(sid_arr)
+        errors: dict[int, DecodeError] = {}
+        for b in np.unique(bidx).tolist():
+            sel = np.flatnonzero(bidx == b)
+            got, errs = self._batch_list[b].step(dslot[sel], ids[sel])
+            for k, j in enumerate(sel.tolist()):
+                texts[j] = got[k]
+            for k, e in errs.items():
+                errors[int(sel[k])] = e
+        return texts, errors
+
+    def _precheck(self) -> tuple[tuple[str, ...], np.ndarray, bool]:
+        """The live requests' stop strings; a lookup by code point of the characters a held-back
+        prefix can end with (its last entry False, for every larger code point); and whether the
+        step-wide pre-check cannot be used (a stop string containing the separator)."""
+        if self._prechecks is None:
+            stops = tuple(self._stop_refs)
+            codes = [ord(c) for c in self._hold_refs]
+            lookup = np.zeros(max(codes, default=-1) + 2, dtype=bool)
+            lookup[codes] = True
+            self._prechecks = (stops, lookup, any(_SEP in s for s in stops))
+        return self._prechecks
+
+    def _general_step(self, decoded: Decoded) -> None:
+        """Any step, request by request: several tokens each, logprob/hidden-state extras."""
+        reqs = self._reqs
+        finishes = decoded.finish_reasons
+        prompt = decoded.prompt_tokens
+        ids = decoded.token_ids.tolist()
+        pos = 0
+        for j, (rid, n) in enumerate(zip(decoded.rids, decoded.tok_lens)):
+            tokens = ids[pos : pos + n]
+            pos += n
+            st = reqs.get(rid)
+            if st is None:
+                continue  # a late chunk for a request already gone: dropped
+            fin = finishes[j]
+            decode_ids = tokens[:-1] if fin is not None and _trims(st, fin, tokens) else tokens
+            pieces: list[str] = []
+            for tid in decode_ids:
+                try:
+                    pieces.append(st.batch.push(st.slot, tid))
+                except DecodeError as exc:
+                    # Tokens before the bad one still count and their text is delivered.
+                    if pieces:
+                        self._advance(st, pieces, tokens[: len(pieces)], None, prompt[j], None)
+                    if st.rid in reqs:
+                        self._decode_failed(st, exc, fin)
+                    break
+            else:
+                pieces += [""] * (len(tokens) - len(decode_ids))
+                self._advance(st, pieces, tokens, fin, prompt[j], decoded.extras_at(j))
+
+    # ---- per-request logic -----------------------------------------------------------------------
+
+    def _advance(
+        self,
+        st: _Req,
+        pieces: list[str],
+        token_ids: list[int],
+        fin: FinishReason | None,
+        prompt_tokens: int,
+        extras: Any,
+    ) -> None:
+        """Take this step's per-token texts; deliver what is safe; finish when it is over."""
+        out: list[str] = []
+        used = 0
+        ntok = int(self._ntok[st.sid])
+        stop: FinishReason | None = None
+        for piece in pieces:
+            ntok += 1
+            used += 1
+            if piece:
+                stop = self._take(st, piece, out, ntok)
+                if stop is not None:
+                    break
+        if stop is None and fin is not None:
+            # The engine finished: whatever the decoder still holds, then everything held back.
+            tail = st.batch.flush(st.slot)
+            if tail:
+                stop = self._take(st, tail, out, ntok)
+            if stop is None:
+                out.append(st.held)
+                st.held = ""
+        self._ntok[st.sid] = ntok
+        self._mode[st.sid] = st.mode
+        final = stop or fin
+        text = "".join(out)
+        fields = (st.rid, token_ids[:used], final, prompt_tokens, text, ntok, extras)
+        if final is None:
+            item = Frame(*fields)
+            if st.sink.try_send(item) is not None:
+                self._blocked(st, item, None)
+            return
+        done = Done(*fields)
+        self._forget(st)
+        if st.sink.try_send(done) is not None:
+            self._blocked(st, done, final, forgotten=True)
+        if stop is not None and fin is None:
+            self._engine_abort(st.rid)  # engines do not know stop strings
+
+    def _take(self, st: _Req, piece: str, out: list[str], ntok: int) -> FinishReason | None:
+        """Add one token's text: check stops, append what may be delivered to ``out``."""
+        held = st.held
+        window = held + piece if held else piece
+        new_from = len(held)
+        if ntok > st.min_new:
+            best: tuple[int, int, int, str] | None = None  # (end, rank, cut, matched)
+            for rank, s in enumerate(st.stops):
+                if s in window:
+                    p = window.find(s, max(0, new_from - len(s) + 1))
+                    if p >= 0:
+                        end = p + len(s)
+                        cut = end if st.no_trim else p
+                        if best is None or end < best[0]:
+                            best = (end, rank, cut, s)
+            if st.regexes:
+                # Regex matches may start in text already delivered: search the recent text.
+                rwindow = st.rtail + piece
+                offset = len(st.rtail)  # rwindow[offset:] is the new text
+                for k, rx in enumerate(st.regexes):
+                    m = _search_new(rx, rwindow, offset)
+                    if m is not None:
+                        # Positions relative to window: rwindow[offset] is window[new_from].
+                        end = m[1] - offset + new_from
+                        if best is None or end < best[0]:
+                            best = (end, len(st.stops) + k, end, rx.pattern)
+            if best is not None:
+                out.append(window[: best[2]])
+                st.held = ""
+                return FinishReason.stop(best[3])
+        if st.regexes:
+            joined = st.rtail + piece
+            keep = st.rtail_keep
+            st.rtail = joined if keep is None else (joined[-keep:] if keep else "")
+        # Hold back the longest suffix that is a proper prefix of a stop string.
+        hold = 0
+        if window[-1] in st.hold_chars:
+            for prefix in st.hold_prefixes[window[-1]]:
+                if window.endswith(prefix):
+                    hold = len(prefix)
+                    break
+        if hold:
+            out.append(window[:-hold])
+            st.held = window[-hold:]
+        else:
+            out.append(window)
+            st.held = ""
+        return None
+
+    def _decode_failed(self, st: _Req, exc: DecodeError, fin: FinishReason | None) -> None:
+        self._forget(st)
+        st.sink.send_final(Error(exc))
+        if fin is None:
+            self._engine_abort(st.rid)
+
+    def _blocked(
+        self,
+        st: _Req,
+        item: Frame | Done,
+        fin: FinishReason | None,
+        *,
+        forgotten: bool = False,
+    ) -> None:
+        """``try_send`` did not deliver: merge into the pending item, or end the request."""
+        sink = st.sink
+        if not sink.closed and sink.merge_into_last(item, self.max_pending_text):
+            return
+        if not sink.closed:
+            sink.send_final(
+                Error(
+                    OverloadedError(
+                        f"more than {self.max_pending_text} characters are waiting for this "
+                        "client: it reads slower than the engine writes"
+                    )
+                )
+            )
+        if not forgotten:
+            self._forget(st)
+            if fin is None:
+                self._engine_abort(st.rid)
+
+
+def _trims(st: _Req, fin: FinishReason, tokens: list[int]) -> bool:
+    """Whether the step's last token is a stop token whose text is not delivered."""
+    if st.no_trim or fin.kind != "stop" or not tokens:
+        return False
+    matched = fin.matched()
+    if isinstance(matched, int) and not isinstance(matched, bool):
+        return tokens[-1] == matched
+    if isinstance(matched, list) and matched:
+        return tokens[-1] == matched[-1]
+    return False
+
+
+def _search_new(rx: Any, text: str, new_from: int) -> tuple[int, int] | None:
+    """The leftmost match of ``rx`` in ``text`` that ends inside ``text[new_from:]``."""
+    pos = 0
+    while pos <= len(text):
+        m = rx.search(text, pos)
+        if m is None:
+            return None
+        if m[1] > new_from:
+            return m
+        pos = m[0] + 1
+    return None

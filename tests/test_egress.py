@@ -1,0 +1,122 @@
+"""EgressSink: bounded, non-blocking, awaitable, merge on full, cross-thread delivery."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+
+import pytest
+
+from tokenwire.messages.egress import (
+    ChunkEvent,
+    Control,
+    Done,
+    EgressSink,
+    Error,
+    Frame,
+    SinkError,
+)
+from tokenwire.messages.errors import ClientDisconnected, DecodeError
+from tokenwire.messages.finish_reason import FinishReason
+
+
+def chunk(text: str, ids: list[int], n: int, fin: FinishReason | None = None) -> ChunkEvent:
+    return ChunkEvent("r", ids, fin, 3, text, n)
+
+
+def test_sink_errors_read_as_words():
+    assert str(SinkError.FULL) == "full"
+    assert str(SinkError.CLOSED) == "closed"
+
+
+def test_try_send_full_and_closed():
+    sink = EgressSink(capacity=2)
+    assert sink.try_send(Frame.of(chunk("a", [1], 1))) is None
+    assert sink.try_send(Frame.of(chunk("b", [2], 2))) is None
+    assert sink.try_send(Frame.of(chunk("c", [3], 3))) is SinkError.FULL
+    assert len(sink) == 2
+    assert sink.get_nowait().event.text == "a"
+    assert sink.try_send(Control(b"ok")) is None
+    sink.close()
+    assert sink.closed
+    assert sink.try_send(Frame.of(chunk("d", [4], 4))) is SinkError.CLOSED
+    assert len(sink) == 0
+
+
+def test_merge_into_last():
+    sink = EgressSink(capacity=1)
+    assert sink.try_send(Frame.of(chunk("ab", [1, 2], 2))) is None
+    assert sink.merge_into_last(Frame.of(chunk("c", [3], 3)), max_text=100)
+    assert sink.merge_into_last(Done.of(chunk("d", [4], 4, FinishReason.length(4))), max_text=100)
+    (item,) = sink.drain()
+    assert isinstance(item, Done)
+    assert (item.event.text, item.event.token_ids) == ("abcd", [1, 2, 3, 4])
+    assert item.event.completion_tokens == 4 and item.event.finish_reason == FinishReason.length(4)
+    # Over the cap: nothing is delivered and the caller is told.
+    sink.try_send(Frame.of(chunk("x" * 8, [5], 5)))
+    assert not sink.merge_into_last(Frame.of(chunk("y" * 3, [6], 6)), max_text=10)
+    assert sink.drain()[0].event.text == "x" * 8
+    # The consumer took everything meanwhile: the item is simply queued.
+    assert sink.merge_into_last(Frame.of(chunk("z", [7], 7)), max_text=10)
+    assert sink.get_nowait().event.text == "z"
+
+
+def test_send_final_goes_past_capacity():
+    sink = EgressSink(capacity=1)
+    sink.try_send(Frame.of(chunk("a", [1], 1)))
+    assert sink.send_final(Error(DecodeError("bad"))) is None
+    assert [type(i) for i in sink.drain()] == [Frame, Error]
+
+
+async def test_async_consumer_same_loop():
+    sink = EgressSink()
+    got = []
+
+    async def consume():
+        async for item in sink:
+            got.append(item)
+
+    task = asyncio.create_task(consume())
+    await asyncio.sleep(0)
+    sink.try_send(Frame.of(chunk("a", [1], 1)))
+    await asyncio.sleep(0)
+    sink.try_send(Frame.of(chunk("b", [2], 2)))
+    sink.try_send(Done.of(chunk("", [], 2, FinishReason.length(2))))
+    await asyncio.wait_for(task, 5)
+    assert [type(i) for i in got] == [Frame, Frame, Done]
+
+
+async def test_close_wakes_a_waiting_consumer():
+    sink = EgressSink()
+    task = asyncio.create_task(sink.get())
+    await asyncio.sleep(0)
+    sink.close()
+    with pytest.raises(ClientDisconnected):
+        await asyncio.wait_for(task, 5)
+
+
+async def test_producer_on_another_thread():
+    sink = EgressSink(capacity=8)
+    n = 2000
+
+    def produce():
+        i = 0
+        while i < n:
+            item = Frame.of(chunk(str(i % 10), [i], i + 1))
+            if sink.try_send(item) is not None and not sink.merge_into_last(item, 1 << 20):
+                raise AssertionError("cap")
+            i += 1
+            if i % 50 == 0:
+                threading.Event().wait(0.0005)
+        sink.send_final(Done.of(chunk("", [], n, FinishReason.length(n))))
+
+    t = threading.Thread(target=produce)
+    t.start()
+    ids = []
+    text = []
+    async for item in sink:
+        ids += item.event.token_ids
+        text.append(item.event.text)
+    t.join()
+    assert ids == list(range(n))  # nothing lost, nothing reordered, merges included
+    assert "".join(text) == "".join(str(i % 10) for i in range(n))

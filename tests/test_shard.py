@@ -1,0 +1,413 @@
+"""DetokShard: stop strings (vLLM's and SGLang's cases), regexes, token stops, hold-back, errors,
+backpressure, and streamed == non-streamed on real tokenizers."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import pytest
+from hypothesis import HealthCheck, assume, given, settings
+from hypothesis import strategies as st
+
+from tokenwire import FinishReason, SamplingParams, Tokenizer
+from tokenwire.messages.egress import Done, EgressSink, Error, Frame
+from tokenwire.messages.frames import decode_batch_frame, encode_batch_frame
+from tokenwire.shard import DetokShard
+
+from conftest import examples, real_tokenizer
+from helpers import BYTE_EOS, b, byte_tokenizer
+
+
+def frame(rows: Sequence[tuple[str, Sequence[int], dict | None]], prompt: int = 2):
+    """A decoded batch frame: rows of (rid, token ids, finish dict)."""
+    header = [
+        [r[0] for r in rows],
+        [r[2] for r in rows],
+        [prompt] * len(rows),
+        [len(r[1]) for r in rows],
+    ]
+    return decode_batch_frame(encode_batch_frame(header, [[t for r in rows for t in r[1]]]))
+
+
+class Run:
+    """One request through a shard, with a record of engine aborts."""
+
+    def __init__(self, tok: Tokenizer, params: SamplingParams, *, capacity: int = 1024, **kw):
+        self.aborted: list[str] = []
+        self.shard = DetokShard(self.aborted.append, **kw)
+        self.sink = EgressSink(capacity=capacity)
+        self.tok = tok
+        params.normalize(tok)
+        self.shard.register("r", self.sink, tok, b("> "), params)
+
+    def step(self, ids: Sequence[int], finish: dict | None = None) -> None:
+        self.shard.on_frame(frame([("r", ids, finish)]))
+
+    def items(self):
+        return self.sink.drain()
+
+
+def run_text(
+    text: str,
+    stops,
+    *,
+    min_new_tokens: int = 0,
+    no_stop_trim: bool = False,
+    stop_regex=None,
+    per_step: int = 1,
+):
+    """Generate ``text`` one byte token per step (length finish on the last); return (deltas,
+    final item, run)."""
+    tok = byte_tokenizer()
+    params = SamplingParams(
+        stop=stops, min_new_tokens=min_new_tokens, no_stop_trim=no_stop_trim, stop_regex=stop_regex
+    )
+    run = Run(tok, params)
+    ids = b(text)
+    for i in range(0, len(ids), per_step):
+        chunk = ids[i : i + per_step]
+        last = i + per_step >= len(ids)
+        run.step(chunk, {"type": "length", "length": len(ids)} if last else None)
+        if "r" not in run.shard:
+            break
+    items = run.items()
+    assert isinstance(items[-1], Done), items[-1]
+    return [it.event.text for it in items], items[-1].event, run
+
+
+VLLM_CASES = [
+    ("hello", ["ll"], {}, "he", "ll"),
+    ("hello", ["e"], {"min_new_tokens": 3}, "hello", None),
+    (" The user is a", ["a", "is"], {}, " The user ", "is"),
+    ("ab", ["ab", "b"], {}, "", "ab"),
+    ("ab", ["b", "ab"], {}, "a", "b"),
+    ("abc", ["abc", "b"], {}, "a", "b"),
+    ("你好世界", ["世界"], {}, "你好", "世界"),
+    (" 1, 2, 3", ["3"], {}, " 1, 2, ", "3"),
+    (" 1, 2, 3", ["3"], {"no_stop_trim": True}, " 1, 2, 3", "3"),
+    ("a STOP b STOP", ["STOP"], {}, "a ", "STOP"),
+    ("no stop here", ["xyz"], {}, "no stop here", None),
+]
+
+
+@pytest.mark.parametrize("per_step", [1, 3])
+@pytest.mark.parametrize(("text", "stops", "kw", "out", "matched"), VLLM_CASES)
+def test_stop_string_cases(text, stops, kw, out, matched, per_step):
+    deltas, final, run = run_text(text, stops, per_step=per_step, **kw)
+    assert "".join(deltas) == out
+    if matched is None:
+        assert final.finish_reason == FinishReason.length(len(b(text)))
+        assert run.aborted == []
+    else:
+        assert final.finish_reason == FinishReason.stop(matched)
+        # Engines do not know stop strings: the shard aborts the request, unless the engine
+        # finished it in the same step anyway.
+        steps = -(-len(b(text)) // per_step)
+        stop_step = -(-final.completion_tokens // per_step)
+        assert run.aborted == (["r"] if stop_step < steps else [])
+    assert len(run.shard) == 0 and run.shard.live_slots == 0
+
+
+def test_tokens_after_the_stop_in_a_step_are_dropped_and_counted_up_to_it():
+    deltas, final, _ = run_text("abXYcd", ["XY"], per_step=6)
+    assert "".join(deltas) == "ab"
+    assert final.completion_tokens == 4  # a, b, X, Y
+    assert final.token_ids == b("abXY")
+
+
+def test_partial_stop_strings_never_reach_the_client():
+    deltas, _final, _ = run_text("a STO STOX Sx STOP z", ["STOP"])
+    assert "".join(deltas) == "a STO STOX Sx "
+    streamed = ""
+    for d in deltas:
+        streamed += d
+        # no delivered prefix ends with the beginning of "STOP" that later completed it
+        assert not streamed.endswith(("S", "ST", "STO")) or streamed in ("a STO", "a STO STO")
+    for d in deltas[:-1]:
+        assert "STOP" not in d
+
+
+def test_held_text_is_delivered_when_the_engine_finishes():
+    deltas, final, _ = run_text("the end ST", ["STOP"])
+    assert "".join(deltas) == "the end ST"
+    assert final.text.endswith("ST")
+
+
+def test_stop_regex():
+    deltas, final, run = run_text("order 12345 now", None, stop_regex=[r"\d{3}"])
+    assert "".join(deltas) == "order 123"  # the matched text stays
+    assert final.finish_reason == FinishReason.stop(r"\d{3}")
+    assert run.aborted == ["r"]
+
+
+def test_stop_regex_spanning_delivered_text():
+    # "ab" is delivered before "c" completes the match: regex matches may start in old text.
+    deltas, final, _ = run_text("xxabcyy", None, stop_regex=["abc"])
+    assert "".join(deltas) == "xxabc"
+    assert final.finish_reason == FinishReason.stop("abc")
+
+
+def test_string_and_regex_earliest_wins_strings_first_on_ties():
+    deltas, final, _ = run_text("hello world", ["lo w"], stop_regex=["l+o"])
+    assert "".join(deltas) == "hello" and final.finish_reason.matched() == "l+o"
+    deltas, final, _ = run_text("hello world", ["llo"], stop_regex=["l+o"])
+    assert "".join(deltas) == "he" and final.finish_reason.matched() == "llo"
+
+
+@pytest.mark.parametrize("skip", [True, False])
+@pytest.mark.parametrize("no_trim", [False, True])
+def test_eos_and_stop_token_ids(skip, no_trim):
+    tok = byte_tokenizer()
+    params = SamplingParams(
+        skip_special_tokens=skip, no_stop_trim=no_trim, stop_token_ids=[ord("!")]
+    )
+    # EOS
+    run = Run(tok, params)
+    run.step(b("hi"))
+    run.step([BYTE_EOS], {"type": "stop", "matched": BYTE_EOS})
+    items = run.items()
+    text = "".join(i.event.text for i in items)
+    expected = "hi" + ("<eos>" if (no_trim and not skip) else "")
+    assert text == expected
+    assert items[-1].event.completion_tokens == 3
+    assert items[-1].event.finish_reason.stop_reason(tok.eos_token_ids) is None
+    assert run.aborted == []  # the engine stopped it itself
+    # stop_token_ids: the stop token's text is not emitted unless no_stop_trim
+    run = Run(tok, SamplingParams(no_stop_trim=no_trim, stop_token_ids=[ord("!")]))
+    run.step(b("ok"))
+    run.step(b("!"), {"type": "stop", "matched": ord("!")})
+    items = run.items()
+    assert "".join(i.event.text for i in items) == ("ok!" if no_trim else "ok")
+    assert items[-1].event.finish_reason.stop_reason(tok.eos_token_ids) == ord("!")
+
+
+def test_decode_error_ends_only_that_request():
+    tok = byte_tokenizer()
+    aborted: list[str] = []
+    shard = DetokShard(aborted.append)
+    sinks = {r: EgressSink() for r in ("a", "b")}
+    for r, s in sinks.items():
+        shard.register(r, s, tok, b("p"), SamplingParams().normalize(tok))
+    shard.on_frame(frame([("a", b("x"), None), ("b", b("y"), None)]))
+    shard.on_frame(frame([("a", [290], None), ("b", b("z"), None)]))
+    shard.on_frame(frame([("a", b("w"), None), ("b", b("!"), {"type": "length", "length": 3})]))
+    a_items = sinks["a"].drain()
+    assert isinstance(a_items[-1], Error) and "290" in str(a_items[-1].error)
+    assert aborted == ["a"]
+    b_items = sinks["b"].drain()
+    assert "".join(i.event.text for i in b_items) == "yz!" and isinstance(b_items[-1], Done)
+    assert len(shard) == 0 and shard.live_slots == 0
+
+
+def test_malformed_frame_and_unknown_rids():
+    tok = byte_tokenizer()
+    shard = DetokShard()
+    sink = EgressSink()
+    shard.register("a", sink, tok, [], SamplingParams().normalize(tok))
+    shard.on_frame(frame([("ghost", b("x"), None)]))  # late chunk for an unknown rid: dropped
+    assert sink.drain() == []
+    bad = decode_batch_frame(encode_batch_frame([["a", "ghost"], [None, None], [1, 1], [5, 5]], []))
+    assert not bad.ok
+    shard.on_frame(bad)
+    (item,) = sink.drain()
+    assert isinstance(item, Error)
+    assert str(item.error) == "internal error: malformed engine output frame"
+    assert len(shard) == 0
+
+
+def test_backpressure_merges_and_delivers_everything():
+    tok = byte_tokenizer()
+    run = Run(tok, SamplingParams(stop=["QQ"]), capacity=2)
+    text = "slow client, fast engine. " * 20
+    ids = b(text)
+    for i, t in enumerate(ids):
+        run.step([t], {"type": "length", "length": len(ids)} if i == len(ids) - 1 else None)
+    items = run.items()
+    assert len(items) == 2  # everything merged into the newest pending item
+    assert isinstance(items[-1], Done)
+    assert "".join(i.event.text for i in items) == text
+    assert sum(len(i.event.token_ids) for i in items) == len(ids)
+    assert items[-1].event.completion_tokens == len(ids)
+    assert run.aborted == []
+
+
+def test_backpressure_cap_ends_the_request():
+    tok = byte_tokenizer()
+    run = Run(tok, SamplingParams(), capacity=1, max_pending_text=10)
+    for t in b("0123456789abcdef"):
+        run.step([t])
+    items = run.items()
+    assert isinstance(items[-1], Error) and items[-1].error.status == 429
+    assert run.aborted == ["r"]
+    assert len(run.shard) == 0
+    assert sum(len(i.event.text) for i in items[:-1]) <= 10
+
+
+def test_closed_sink_aborts():
+    tok = byte_tokenizer()
+    run = Run(tok, SamplingParams())
+    run.step(b("a"))
+    run.sink.close()
+    run.step(b("b"))
+    assert run.aborted == ["r"] and len(run.shard) == 0
+    run.step(b("c"))  # late: dropped
+    assert run.aborted == ["r"]
+
+
+def test_fail_and_abort():
+    tok = byte_tokenizer()
+    aborted: list[str] = []
+    shard = DetokShard(aborted.append)
+    s1, s2 = EgressSink(), EgressSink()
+    shard.register("a", s1, tok, [], SamplingParams().normalize(tok))
+    shard.register("b", s2, tok, [], SamplingParams().normalize(tok))
+    from tokenwire.messages.errors import InternalError
+
+    shard.fail("a", InternalError("engine crashed"))
+    assert isinstance(s1.drain()[-1], Error) and aborted == []
+    assert shard.abort("b") and aborted == ["b"]
+    assert not shard.abort("b")
+    assert len(shard) == 0 and shard.live_slots == 0
+
+
+# ---- streamed == non-streamed on real tokenizers -----------------------------------------------
+
+CORPUS_NAMES = ["qwen3", "llama2", "gemma3", "minilm_bert"]
+
+
+def _reference(tok, prompt, ids, stops, min_new, no_trim, skip):
+    """Non-streaming: decode the whole output, find the first token at which a stop completes."""
+    head = tok.decode([i for i in prompt if tok.is_known(i)], skip)
+    stable = ""  # text of whole characters so far (a trailing partial one is not text yet)
+    full = ""
+    for k in range(1, len(ids) + 1):
+        full = tok.decode(prompt + ids[:k], skip)[len(head) :]
+        now = full if k == len(ids) else full.rstrip("\ufffd")
+        if k > min_new and len(now) > len(stable):
+            best = None
+            for rank, s in enumerate(stops):
+                p = now.find(s, max(0, len(stable) - len(s) + 1))
+                if p >= 0 and (best is None or p + len(s) < best[0]):
+                    best = (p + len(s), rank, p, s)
+            if best is not None:
+                cut = best[0] if no_trim else best[2]
+                return now[:cut], best[3], k
+        stable = max(stable, now, key=len)
+    return full, None, len(ids)
+
+
+@pytest.mark.parametrize("name", CORPUS_NAMES)
+def test_streamed_equals_non_streamed(name):
+    tok = real_tokenizer(name)
+    from test_decode_exact import CORPUS
+
+    ids_all = tok.encode(CORPUS, add_special_tokens=False)
+
+    @settings(max_examples=examples(60), suppress_health_check=list(HealthCheck), deadline=None)
+    @given(st.data())
+    def run(data):
+        a = data.draw(st.integers(0, len(ids_all) - 80))
+        n = data.draw(st.integers(1, 60))
+        prompt, ids = ids_all[max(0, a - 8) : a], ids_all[a : a + n]
+        skip = data.draw(st.booleans())
+        # (A prompt that ends inside a character is DecodeStream's business, tested there.)
+        assume(not tok.decode(prompt, skip).endswith("\ufffd"))
+        text = tok.decode(prompt + ids, skip)[len(tok.decode(prompt, skip)) :]
+        stops = []
+        for _ in range(data.draw(st.integers(0, 3))):
+            if len(text) >= 2:
+                i = data.draw(st.integers(0, len(text) - 2))
+                stops.append(text[i : i + data.draw(st.integers(1, 6))])
+        stops = [s for s in stops if s] or None
+        min_new = data.draw(st.integers(0, 5))
+        no_trim = data.draw(st.booleans())
+        params = dict(
+            stop=stops, min_new_tokens=min_new, no_stop_trim=no_trim, skip_special_tokens=skip
+        )
+        results = []
+        for per_step in (1, len(ids)):
+            sink = EgressSink(capacity=10_000)
+            shard = DetokShard()
+            shard.register("r", sink, tok, prompt, SamplingParams(**params).normalize(tok))
+            for i in range(0, len(ids), per_step):
+                last = i + per_step >= len(ids)
+                fin = {"type": "length", "length": len(ids)} if last else None
+                shard.on_frame(frame([("r", ids[i : i + per_step], fin)], len(prompt)))
+                if "r" not in shard:
+                    break
+            items = sink.drain()
+            assert isinstance(items[-1], Done)
+            out = "".join(i.event.text for i in items)
+            results.append((out, items[-1].event.finish_reason, items[-1].event.completion_tokens))
+            for it in items[:-1]:
+                assert isinstance(it, Frame)
+        assert results[0] == results[1]
+        ref_text, ref_matched, ref_count = _reference(
+            tok, prompt, ids, stops or [], min_new, no_trim, skip
+        )
+        out, fin, count = results[0]
+        assert out == ref_text
+        assert fin.matched() == ref_matched if ref_matched is not None else fin.kind == "length"
+        assert count == ref_count
+
+    run()
+
+
+def test_many_requests_stepping_together_match_single_runs():
+    """The columnar step (shared pre-checks, hold-back, exact path for a few) gives every request
+    what it gets alone."""
+    tok = real_tokenizer("qwen3")
+    from test_decode_exact import CORPUS
+
+    ids_all = tok.encode(CORPUS, add_special_tokens=False)
+    rng = __import__("random").Random(7)
+
+    def single(prompt, ids, params):
+        sink = EgressSink(capacity=10_000)
+        shard = DetokShard()
+        shard.register("r", sink, tok, prompt, SamplingParams(**params).normalize(tok))
+        for i, t in enumerate(ids):
+            fin = {"type": "length", "length": len(ids)} if i == len(ids) - 1 else None
+            shard.on_frame(frame([("r", [t], fin)], len(prompt)))
+            if "r" not in shard:
+                break
+        items = sink.drain()
+        return "".join(i.event.text for i in items), items[-1].event.finish_reason.to_json()
+
+    for _round in range(4):
+        reqs = []
+        for k in range(40):
+            a = rng.randrange(0, len(ids_all) - 120)
+            prompt, ids = ids_all[a - 6 if a >= 6 else 0 : a], ids_all[a : a + rng.randint(5, 100)]
+            text = tok.decode(ids)
+            params: dict = {}
+            if k % 4 != 0 and len(text) > 3:
+                i = rng.randrange(len(text) - 2)
+                params["stop"] = [text[i : i + rng.randint(1, 4)], "\n\nHuman:", " the"][
+                    : 1 + k % 3
+                ]
+            if k % 7 == 0:
+                params["stop_regex"] = [r"\d{2}"]
+            if k % 5 == 0:
+                params["min_new_tokens"] = 3
+            reqs.append((f"q{k}", prompt, ids, params))
+        sink_of = {rid: EgressSink(capacity=10_000) for rid, *_ in reqs}
+        shard = DetokShard()
+        for rid, prompt, _ids, params in reqs:
+            shard.register(rid, sink_of[rid], tok, prompt, SamplingParams(**params).normalize(tok))
+        step = 0
+        while True:
+            rows = []
+            for rid, _prompt, ids, _params in reqs:
+                if step < len(ids) and rid in shard:
+                    fin = {"type": "length", "length": len(ids)} if step == len(ids) - 1 else None
+                    rows.append((rid, [ids[step]], fin))
+            if not rows:
+                break
+            shard.on_frame(frame(rows))
+            step += 1
+        for rid, prompt, ids, params in reqs:
+            items = sink_of[rid].drain()
+            got = "".join(i.event.text for i in items), items[-1].event.finish_reason.to_json()
+            assert got == single(prompt, ids, params), (rid, params)
+        assert len(shard) == 0 and shard.live_slots == 0
