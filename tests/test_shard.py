@@ -270,7 +270,7 @@ def test_fail_and_abort():
     assert len(shard) == 0 and shard.live_slots == 0
 
 
-# ---- streamed == non-streamed on real tokenizers -----------------------------------------------
+# ---- streamed == non-streamed on real tokenizers -------------------------------------------------
 
 CORPUS_NAMES = ["qwen3", "llama2", "gemma3", "minilm_bert"]
 

@@ -360,11 +360,13 @@ class DetokShard:
                 st.held = held
                 self._mode[sid] = 1 if held else 0
             item = Frame(rid, [tid], None, pt, text, nt)
-            # EgressSink.try_send's happy path, inline (the shard is the sinks' one producer).
+            # EgressSink.try_send, inline (the shard is the sinks' one producer).
             sink = sinks[sid]
             dq = sink._dq  # type: ignore[union-attr]
-            if len(dq) < sink.capacity and sink._waiter is None and not sink._closed:  # type: ignore[union-attr]
+            if len(dq) < sink.capacity and not sink._closed:  # type: ignore[union-attr]
                 dq.append(item)
+                if sink._waiter is not None:  # type: ignore[union-attr]
+                    sink._wake()  # type: ignore[union-attr]
             else:
                 blocked.append(item)
         for j in np.flatnonzero(flags > 1).tolist():

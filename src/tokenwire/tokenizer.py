@@ -222,7 +222,7 @@ class Tokenizer:
         )
 
     @classmethod
-    def default(cls) -> Tokenizer:
+    def default(cls, *, model_vocab_size: int | None = None) -> Tokenizer:
         """The tokenizer bundled with tokenwire: Qwen3 (Apache-2.0), model vocab 151936."""
         base = resources.files("tokenwire") / "_data" / _DEFAULT_DIR
         raw = lzma.decompress((base / "tokenizer.json.xz").read_bytes())
@@ -232,6 +232,7 @@ class Tokenizer:
             tokenizers.Tokenizer.from_str(raw.decode("utf-8")),
             config,
             model_config=model_config,
+            model_vocab_size=model_vocab_size,
             name=DEFAULT_TOKENIZER_NAME,
         )
 

@@ -112,10 +112,10 @@ class SinkError(enum.Enum):
 class _Notifier:
     """Wakes waiting consumers of one event loop, in one loop callback per batch of wake-ups."""
 
-    __slots__ = ("_loop", "_pending", "_scheduled")
+    __slots__ = ("_pending", "_scheduled", "loop")
 
     def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
-        self._loop = loop
+        self.loop = loop
         self._pending: list[asyncio.Future[None]] = []
         self._scheduled = False
 
@@ -124,7 +124,7 @@ class _Notifier:
         if not self._scheduled:
             self._scheduled = True
             try:
-                self._loop.call_soon_threadsafe(self._run)
+                self.loop.call_soon_threadsafe(self._run)
             except RuntimeError:  # the loop is closed: nobody is waiting any more
                 self._scheduled = False
 
@@ -267,9 +267,10 @@ class EgressSink:
                 return dq.popleft()
             if self._closed:
                 raise ClientDisconnected("the response channel is closed")
-            loop = asyncio.get_running_loop()
-            fut = loop.create_future()
-            self._notifier = _notifier_for(loop)
+            notifier = self._notifier
+            if notifier is None:
+                notifier = self._notifier = _notifier_for(asyncio.get_running_loop())
+            fut = notifier.loop.create_future()
             self._waiter = fut
             if dq or self._closed:  # the producer may have sent before it saw the waiter
                 self._waiter = None

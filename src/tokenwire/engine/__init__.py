@@ -1,0 +1,56 @@
+"""The engine boundary: what tokenwire asks of an engine, and what it expects back.
+
+An engine takes ``submit(request)`` and ``abort(rid)``, and sends its output as encoded frames
+(``tokenwire.messages.frames``) to the ``output`` callback it is started with: one batch frame per
+decode step, an error frame when one request fails, a result frame for control requests. The
+frame codec is used even in-process, so every engine exercises the same hot path.
+
+Token-level stops are the engine's: EOS (unless ``ignore_eos``), ``stop_token_ids``,
+``max_new_tokens`` (finish reasons ``stop`` with the token ``matched``, or ``length``), never before
+``min_new_tokens``. Stop strings and stop regexes are the frontend's: it aborts the request when
+one matches.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Protocol, runtime_checkable
+
+from tokenwire.messages.sampling import SamplingParams
+
+__all__ = ["EngineRequest", "Engine", "OutputCallback"]
+
+#: Receives every frame an engine emits (batch, error or result frames, tag byte first).
+OutputCallback = Callable[[bytes], None]
+
+
+@dataclass(frozen=True)
+class EngineRequest:
+    """One generation: ``prompt_ids`` (validated), normalized ``params`` (``n == 1``)."""
+
+    rid: str
+    prompt_ids: list[int]
+    params: SamplingParams
+    stream: bool = True
+
+
+@runtime_checkable
+class Engine(Protocol):
+    """What tokenwire drives. All methods are called from the server's event loop thread."""
+
+    async def start(self, output: OutputCallback) -> None:
+        """Begin serving; from now on every frame goes to ``output`` (on the event loop)."""
+
+    async def close(self) -> None:
+        """Stop serving and release everything."""
+
+    def submit(self, request: EngineRequest) -> None:
+        """Queue a request (``QueueFullError`` if the engine cannot take it, or is gone)."""
+
+    def abort(self, rid: str) -> None:
+        """Drop a request; unknown or finished rids are ignored."""
+
+    @property
+    def alive(self) -> bool:
+        """Whether the engine can serve."""

@@ -1,0 +1,385 @@
+"""A GPU-free engine for demos, tests and frontend benchmarks (vLLM calls its own a mock engine).
+
+Continuous batching on the event loop: every ``step_time`` seconds, up to ``max_batch_size``
+running requests each get ``tokens_per_step`` tokens (more than one mimics speculative decoding),
+and the step goes out as one batch frame through the real codec. Output sources:
+
+- ``replay``: a realistic multilingual text, tokenized with the model's tokenizer; each request
+  replays one passage (chosen by its seed) and ends it with EOS, so output reads as text;
+- ``echo``: the prompt's token ids in order, the first ``max_new_tokens`` of them, then ``length``
+  (deterministic: a test knows the exact output);
+- ``random``: uniformly drawn non-special ids.
+
+It honours ``max_new_tokens``, ``min_new_tokens`` (no EOS or stop token before it),
+``stop_token_ids``, ``ignore_eos``, EOS by probability or position, and aborts; and it can inject
+faults for tests: an id past the tokenizer, a malformed frame, an engine error for a request, a
+crash.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import zlib
+from collections import deque
+from dataclasses import dataclass
+from importlib import resources
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from tokenwire.engine import EngineRequest, OutputCallback
+from tokenwire.messages.errors import QueueFullError
+from tokenwire.messages.frames import encode_batch_frame, encode_error_frame
+
+if TYPE_CHECKING:
+    from tokenwire.tokenizer import Tokenizer
+
+__all__ = ["SyntheticConfig", "SyntheticEngine", "OUTPUTS", "FAULTS"]
+
+log = logging.getLogger(__name__)
+
+OUTPUTS = ("replay", "echo", "random")
+_RANDOM_BLOCK = 256
+FAULTS = ("bad_id", "malformed", "error", "crash")
+
+
+@dataclass
+class SyntheticConfig:
+    """How the synthetic engine behaves."""
+
+    #: Seconds per decode step (0: as fast as the frontend takes them).
+    step_time: float = 0.0
+    #: Requests decoded together; the rest wait.
+    max_batch_size: int = 256
+    #: Tokens per request per step (several mimic speculative decoding).
+    tokens_per_step: int = 1
+    #: ``replay``, ``echo`` or ``random``.
+    output: str = "replay"
+    #: Chance of EOS at each token (after ``min_new_tokens``; not with ``ignore_eos``).
+    eos_prob: float = 0.0
+    #: Emit EOS as this generated token (1-based), if set.
+    eos_at: int | None = None
+    #: ``replay`` ends each passage with EOS.
+    replay_eos: bool = True
+    #: Requests that may wait for a batch slot before ``submit`` answers QueueFullError.
+    max_waiting: int = 100_000
+    #: Base seed (a request's ``sampling_seed`` overrides it).
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        if self.output not in OUTPUTS:
+            raise ValueError(f"output must be one of {', '.join(OUTPUTS)}, got {self.output!r}")
+        if self.step_time < 0 or self.max_batch_size < 1 or self.tokens_per_step < 1:
+            raise ValueError("step_time >= 0, max_batch_size >= 1 and tokens_per_step >= 1")
+        if not 0.0 <= self.eos_prob <= 1.0:
+            raise ValueError(f"eos_prob must be in [0, 1], got {self.eos_prob}")
+
+
+_MASK64 = (1 << 64) - 1
+
+
+def _splitmix64(seed: int, counter: int) -> int:
+    """A well-mixed 64-bit number from ``(seed, counter)`` (SplitMix64's finalizer)."""
+    z = (seed + counter * 0x9E3779B97F4A7C15) & _MASK64
+    z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & _MASK64
+    z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & _MASK64
+    return z ^ (z >> 31)
+
+
+def _splitmix64_array(seed: np.uint64, counters: np.ndarray) -> np.ndarray:
+    """``_splitmix64`` over an array of counters (uint64 arithmetic wraps)."""
+    with np.errstate(over="ignore"):
+        z = seed + counters * np.uint64(0x9E3779B97F4A7C15)
+        z = (z ^ (z >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+        z = (z ^ (z >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+        return z ^ (z >> np.uint64(31))
+
+
+class _Seq:
+    __slots__ = (
+        "cursor",
+        "gen",
+        "limit",
+        "max_new",
+        "min_new",
+        "params",
+        "prompt_len",
+        "rid",
+        "draws",
+        "seed",
+        "source",
+        "stops",
+    )
+
+    def __init__(self, req: EngineRequest, seed: int, eos: frozenset[int]) -> None:
+        p = req.params
+        self.rid = req.rid
+        self.prompt_len = len(req.prompt_ids)
+        self.params = p
+        self.max_new = p.max_new_tokens
+        self.limit = p.max_new_tokens if p.max_new_tokens is not None else float("inf")
+        self.min_new = p.min_new_tokens
+        # Tokens that end the request: EOS (unless ignored) and the stop token ids.
+        self.stops = (frozenset() if p.ignore_eos else eos) | frozenset(p.stop_token_ids or ())
+        self.seed = seed
+        self.draws = 0  # random numbers drawn so far (the counter of the seed's stream)
+        self.source: list[int] = []
+        self.cursor = 0
+        self.gen = 0
+
+    def uniform(self) -> float:
+        """The next number in [0, 1) of this request's seeded stream."""
+        self.draws += 1
+        return _splitmix64(self.seed, self.draws) / 2.0**64
+
+
+class SyntheticEngine:
+    """The engine; see the module docstring."""
+
+    def __init__(self, tokenizer: Tokenizer, config: SyntheticConfig | None = None) -> None:
+        self.tokenizer = tokenizer
+        self.config = config or SyntheticConfig()
+        self._output: OutputCallback | None = None
+        self._waiting: deque[EngineRequest] = deque()
+        self._running: dict[str, _Seq] = {}
+        self._task: asyncio.Task[None] | None = None
+        self._wake = asyncio.Event()
+        self._alive = False
+        self._faults: list[tuple[str, str | None]] = []
+        self._eos = tokenizer.eos_token_ids[0] if tokenizer.eos_token_ids else None
+        self._eos_set = frozenset(tokenizer.eos_token_ids)
+        specials = tokenizer.special_ids
+        self._plain_arr = np.array(
+            [i for i in range(tokenizer.vocab_size) if i not in specials], dtype=np.int64
+        )
+        self._filler = next(iter(tokenizer.encode(".", add_special_tokens=False)), 0)
+        self._passages: list[list[int]] | None = None
+        #: Counters for tests and metrics.
+        self.stats = {"submitted": 0, "aborted": 0, "finished": 0, "steps": 0}
+
+    # ---- Engine protocol -------------------------------------------------------------------------
+
+    @property
+    def alive(self) -> bool:
+        return self._alive
+
+    async def start(self, output: OutputCallback) -> None:
+        self._output = output
+        self._alive = True
+        if self.config.output == "replay":
+            self._load_passages()
+        self._task = asyncio.get_running_loop().create_task(self._run(), name="synthetic-engine")
+
+    async def close(self) -> None:
+        self._alive = False
+        self._wake.set()
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await self._task
+            self._task = None
+
+    def submit(self, request: EngineRequest) -> None:
+        if not self._alive:
+            raise QueueFullError("the engine is not running")
+        if len(self._waiting) >= self.config.max_waiting:
+            raise QueueFullError(f"the engine queue is full ({self.config.max_waiting} waiting)")
+        self.stats["submitted"] += 1
+        self._waiting.append(request)
+        self._wake.set()
+
+    def abort(self, rid: str) -> None:
+        if self._running.pop(rid, None) is not None:
+            self.stats["aborted"] += 1
+            return
+        for req in self._waiting:
+            if req.rid == rid:
+                self._waiting.remove(req)
+                self.stats["aborted"] += 1
+                return
+
+    # ---- test hooks ------------------------------------------------------------------------------
+
+    def inject(self, fault: str, rid: str | None = None) -> None:
+        """Make the next step misbehave: ``bad_id`` (an id past the tokenizer for ``rid``, or for
+        everyone), ``malformed`` (a corrupt frame), ``error`` (an engine error for ``rid``),
+        ``crash`` (the engine dies)."""
+        if fault not in FAULTS:
+            raise ValueError(f"fault must be one of {', '.join(FAULTS)}")
+        self._faults.append((fault, rid))
+        self._wake.set()
+
+    @property
+    def running(self) -> int:
+        """Requests in the batch now."""
+        return len(self._running)
+
+    @property
+    def waiting(self) -> int:
+        """Requests waiting for a batch slot."""
+        return len(self._waiting)
+
+    # ---- the loop --------------------------------------------------------------------------------
+
+    async def _run(self) -> None:
+        try:
+            while self._alive:
+                if not self._running and not self._waiting and not self._faults:
+                    self._wake.clear()
+                    await self._wake.wait()
+                    continue
+                self._admit()
+                frames = self._step()
+                assert self._output is not None
+                for frame in frames:
+                    self._output(frame)
+                await asyncio.sleep(self.config.step_time)
+        except asyncio.CancelledError:
+            raise
+        except Exception:
+            log.exception("synthetic engine crashed")
+            self._alive = False
+            raise
+
+    def _admit(self) -> None:
+        room = self.config.max_batch_size - len(self._running)
+        while room > 0 and self._waiting:
+            req = self._waiting.popleft()
+            seq = _Seq(req, self._seed_for(req), self._eos_set)
+            seq.source = self._source_for(seq, req)
+            self._running[req.rid] = seq
+            room -= 1
+
+    def _seed_for(self, req: EngineRequest) -> int:
+        seed = req.params.sampling_seed
+        if seed is None:
+            seed = zlib.crc32(req.rid.encode()) ^ (self.config.seed << 32)
+        return seed & _MASK64
+
+    def _source_for(self, seq: _Seq, req: EngineRequest) -> list[int]:
+        out = self.config.output
+        if out == "echo":
+            return req.prompt_ids
+        if out == "replay":
+            assert self._passages is not None
+            return self._passages[int(seq.uniform() * len(self._passages))]
+        return []
+
+    def _load_passages(self) -> None:
+        text = (resources.files("tokenwire") / "_data" / "replay.txt").read_text(encoding="utf-8")
+        passages = [p for p in text.split("\n\n") if p.strip()]
+        self._passages = [self.tokenizer.encode(p, add_special_tokens=False) for p in passages]
+
+    def _next_token(self, seq: _Seq) -> tuple[int | None, bool]:
+        """The next token and whether the source says the output ends after it."""
+        out = self.config.output
+        src = seq.source
+        if seq.cursor >= len(src):
+            if out == "echo":
+                return None, True
+            if out == "random":
+                seq.source = src = self._random_block(seq)
+            else:  # replay: the passage is over
+                if self.config.replay_eos and self._eos is not None:
+                    return self._eos, False
+                assert self._passages is not None
+                seq.source = src = self._passages[int(seq.uniform() * len(self._passages))]
+            seq.cursor = 0
+        tok = src[seq.cursor]
+        seq.cursor += 1
+        return tok, out == "echo" and seq.cursor >= len(src)
+
+    def _random_block(self, seq: _Seq) -> list[int]:
+        """The request's next ``_RANDOM_BLOCK`` random non-special ids (from its seed)."""
+        counters = np.arange(seq.draws + 1, seq.draws + 1 + _RANDOM_BLOCK, dtype=np.uint64)
+        seq.draws += _RANDOM_BLOCK
+        picks = _splitmix64_array(np.uint64(seq.seed), counters) % np.uint64(len(self._plain_arr))
+        return self._plain_arr[picks].tolist()
+
+    def _step(self) -> list[bytes]:
+        self.stats["steps"] += 1
+        faults, self._faults = self._faults, []
+        frames: list[bytes] = []
+        bad_ids: set[str | None] = set()
+        malformed = False
+        for fault, rid in faults:
+            if fault == "crash":
+                raise RuntimeError("injected engine crash")
+            if fault == "bad_id":
+                bad_ids.add(rid)
+            elif fault == "malformed":
+                malformed = True
+            elif fault == "error" and rid is not None and self._running.pop(rid, None):
+                frames.append(encode_error_frame(rid, "injected engine error"))
+        cfg = self.config
+        rids: list[str] = []
+        finishes: list[dict | None] = []
+        prompt_tokens: list[int] = []
+        tok_lens: list[int] = []
+        ids: list[int] = []
+        done: list[str] = []
+        echo = cfg.output == "echo"
+        random_eos = self._eos is not None and (cfg.eos_prob > 0 or cfg.eos_at is not None)
+        for seq in self._running.values():
+            n = 0
+            finish = None
+            for _ in range(cfg.tokens_per_step):
+                gen = seq.gen
+                if gen >= seq.limit:
+                    finish = {"type": "length", "length": seq.max_new}
+                    break
+                src = seq.source
+                cursor = seq.cursor
+                if cursor < len(src):  # the common case, inline
+                    tok = src[cursor]
+                    seq.cursor = cursor + 1
+                    source_ends = echo and cursor + 1 >= len(src)
+                else:
+                    tok, source_ends = self._next_token(seq)
+                    if tok is None:  # echo of an empty prompt
+                        finish = {"type": "length", "length": gen}
+                        break
+                may_stop = gen >= seq.min_new
+                if (
+                    random_eos
+                    and may_stop
+                    and not seq.params.ignore_eos
+                    and (cfg.eos_at == gen + 1 or (cfg.eos_prob and seq.uniform() < cfg.eos_prob))
+                ):
+                    tok = self._eos  # type: ignore[assignment]
+                is_stop = tok in seq.stops
+                if is_stop and not may_stop:
+                    tok, is_stop = self._filler, False  # a model would not sample it yet
+                if bad_ids and (None in bad_ids or seq.rid in bad_ids):
+                    tok = self.tokenizer.vocab_size  # the first id the tokenizer cannot map
+                ids.append(tok)
+                n += 1
+                seq.gen = gen + 1
+                if is_stop:
+                    finish = {"type": "stop", "matched": tok}
+                    break
+                if gen + 1 >= seq.limit:
+                    finish = {"type": "length", "length": seq.max_new}
+                    break
+                if source_ends:
+                    finish = {"type": "length", "length": gen + 1}
+                    break
+            rids.append(seq.rid)
+            finishes.append(finish)
+            prompt_tokens.append(seq.prompt_len)
+            tok_lens.append(n)
+            if finish is not None:
+                done.append(seq.rid)
+        for rid in done:
+            del self._running[rid]
+        self.stats["finished"] += len(done)
+        if rids:
+            frame = encode_batch_frame(
+                [rids, finishes, prompt_tokens, tok_lens], [np.asarray(ids, dtype=np.int32)]
+            )
+            if malformed:
+                frame = frame[:-4] if ids else frame + b"\x00"
+            frames.append(frame)
+        return frames

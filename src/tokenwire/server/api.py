@@ -1,0 +1,500 @@
+"""Request parsing and response shaping for the HTTP API, as plain functions (no I/O).
+
+OpenAI's ``/v1/completions`` and ``/v1/chat/completions`` (with vLLM's extra sampling fields) and
+SGLang's native ``/generate`` are turned into a ``Plan``: prompts as token ids and one normalized,
+verified ``SamplingParams``. Every problem is a ``ValidationError`` naming the field as the client
+spelled it. Responses and SSE chunks are built here too.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import msgspec
+
+from tokenwire.messages.errors import TokenwireError, ValidationError
+from tokenwire.messages.finish_reason import FinishReason
+from tokenwire.messages.sampling import SamplingParams
+from tokenwire.server.chat import normalize_messages, render_chat
+from tokenwire.tokenizer import Tokenizer
+
+__all__ = [
+    "Plan",
+    "parse_completion",
+    "parse_chat",
+    "parse_generate",
+    "error_body",
+    "DEFAULT_COMPLETION_MAX_TOKENS",
+]
+
+#: OpenAI's (and vLLM's) default ``max_tokens`` for ``/v1/completions``.
+DEFAULT_COMPLETION_MAX_TOKENS = 16
+#: SGLang's default ``max_new_tokens`` for ``/generate``.
+DEFAULT_GENERATE_MAX_NEW_TOKENS = 128
+#: Most choices one request may ask for (prompts times ``n``).
+MAX_CHOICES = 256
+
+_json = msgspec.json.Encoder()
+
+
+@dataclass
+class Plan:
+    """What one HTTP request asks the engine for."""
+
+    route: str  # "completion" | "chat" | "generate"
+    prompts: list[list[int]]
+    params: SamplingParams
+    n: int = 1
+    stream: bool = False
+    include_usage: bool = False
+    model: str = ""
+    rids: list[str] | None = None  # /generate: the client's request ids
+    batch: bool = False  # /generate: the input was a list
+    id: str = field(default_factory=lambda: uuid.uuid4().hex)
+    created: int = field(default_factory=lambda: int(time.time()))
+
+    @property
+    def choices(self) -> int:
+        return len(self.prompts) * self.n
+
+
+# ---- shared helpers ------------------------------------------------------------------------------
+
+# OpenAI/vLLM request field -> SamplingParams field.
+_SAMPLING_FIELDS = {
+    "temperature": "temperature",
+    "top_p": "top_p",
+    "top_k": "top_k",
+    "min_p": "min_p",
+    "presence_penalty": "presence_penalty",
+    "frequency_penalty": "frequency_penalty",
+    "repetition_penalty": "repetition_penalty",
+    "logit_bias": "logit_bias",
+    "seed": "sampling_seed",
+    "stop": "stop",
+    "stop_token_ids": "stop_token_ids",
+    "min_tokens": "min_new_tokens",
+    "ignore_eos": "ignore_eos",
+    "skip_special_tokens": "skip_special_tokens",
+    "spaces_between_special_tokens": "spaces_between_special_tokens",
+    "include_stop_str_in_output": "no_stop_trim",
+}
+# Accepted, and only meaningful at their default: anything else is refused, not ignored.
+_DEFAULT_ONLY = {
+    "logprobs": (None, False),
+    "top_logprobs": (None, 0),
+    "echo": (None, False),
+    "suffix": (None, ""),
+    "best_of": (None, 1),
+    "tool_choice": (None, "none", "auto"),
+    "parallel_tool_calls": (None, True, False),
+    "response_format": (None, {"type": "text"}),
+    "service_tier": (None, "auto", "default"),
+    "stream_options": None,  # checked on its own
+}
+_INFORMATIONAL = {"user", "model", "metadata", "store"}
+
+
+def _check_keys(body: Mapping[str, Any], allowed: set[str]) -> None:
+    for key in body:
+        if key not in allowed:
+            raise ValidationError(f"unrecognized request argument {key!r}", param=str(key))
+
+
+def _check_defaults(body: Mapping[str, Any]) -> None:
+    for key, ok in _DEFAULT_ONLY.items():
+        if ok is None or key not in body:
+            continue
+        value = body[key]
+        if not any(value == v and type(value) is type(v) for v in ok if v is not None) and (
+            value is not None
+        ):
+            raise ValidationError(f"{key}={value!r} is not supported by this server", param=key)
+
+
+def _is_int(v: object) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+def _stream_flags(body: Mapping[str, Any]) -> tuple[bool, bool]:
+    stream = body.get("stream", False)
+    if stream is None:
+        stream = False
+    if not isinstance(stream, bool):
+        raise ValidationError(f"stream must be a boolean, got {stream!r}", param="stream")
+    opts = body.get("stream_options")
+    include_usage = False
+    if opts is not None:
+        if not isinstance(opts, dict) or set(opts) - {"include_usage", "continuous_usage_stats"}:
+            raise ValidationError(
+                "stream_options must be an object with include_usage", param="stream_options"
+            )
+        if not stream:
+            raise ValidationError(
+                "stream_options is only allowed with stream=true", param="stream_options"
+            )
+        include_usage = opts.get("include_usage") is True
+    return stream, include_usage
+
+
+def _n(body: Mapping[str, Any]) -> int:
+    n = body.get("n", 1)
+    if n is None:
+        return 1
+    if not _is_int(n) or n < 1:
+        raise ValidationError(f"n must be a positive integer, got {n!r}", param="n")
+    return n
+
+
+def _max_tokens(body: Mapping[str, Any]) -> tuple[str, Any]:
+    given = [k for k in ("max_tokens", "max_completion_tokens") if body.get(k) is not None]
+    if len(given) > 1:
+        raise ValidationError(
+            "set only one of max_tokens and max_completion_tokens", param="max_completion_tokens"
+        )
+    return (given[0], body[given[0]]) if given else ("max_tokens", None)
+
+
+def _params(
+    body: Mapping[str, Any],
+    tok: Tokenizer,
+    prompts: list[list[int]],
+    default_max: int | None,
+    prompt_field: str,
+) -> SamplingParams:
+    """SamplingParams from OpenAI fields (null means the default), normalized and verified."""
+    names = {internal: external for external, internal in _SAMPLING_FIELDS.items()}
+    max_key, max_value = _max_tokens(body)
+    names["max_new_tokens"] = max_key
+    data: dict[str, Any] = {}
+    for external, internal in _SAMPLING_FIELDS.items():
+        if body.get(external) is not None:
+            data[internal] = body[external]
+    longest = max(len(p) for p in prompts)
+    limit = tok.max_model_len
+    if max_value is None:
+        if default_max is None:
+            max_value = (limit - longest) if limit else None
+        else:
+            max_value = default_max if not limit else max(0, min(default_max, limit - longest))
+    data["max_new_tokens"] = max_value
+    params = SamplingParams.from_dict(data, names=names)
+    if limit is not None:
+        if longest >= limit:
+            raise ValidationError(
+                f"This model's maximum context length is {limit} tokens. However, your prompt "
+                f"has {longest} tokens.",
+                param=prompt_field,
+            )
+        if params.max_new_tokens is not None and longest + params.max_new_tokens > limit:
+            raise ValidationError(
+                f"This model's maximum context length is {limit} tokens. However, you requested "
+                f"{longest + params.max_new_tokens} tokens ({longest} in the prompt, "
+                f"{params.max_new_tokens} in the completion). Please reduce the length of the "
+                f"prompt or {max_key}.",
+                param=max_key,
+            )
+    params.normalize(tok, names=names)
+    params.verify(tok.model_vocab_size, names=names)
+    return params
+
+
+def _prompt_ids(value: Any, tok: Tokenizer, field: str, *, add_special: bool) -> list[list[int]]:
+    """``prompt`` (text, token ids, or a batch of either) as token id lists."""
+    if isinstance(value, str):
+        batch: list[Any] = [value]
+    elif isinstance(value, list) and value and all(_is_int(v) for v in value):
+        batch = [value]
+    elif isinstance(value, list) and value:
+        batch = value
+    else:
+        raise ValidationError(
+            f"{field} must be a string, a list of token ids, or a non-empty batch of either",
+            param=field,
+        )
+    out = []
+    for i, p in enumerate(batch):
+        where = field if len(batch) == 1 else f"{field}[{i}]"
+        if isinstance(p, str):
+            ids = tok.encode(p, add_special_tokens=add_special)
+        elif isinstance(p, list) and all(_is_int(v) for v in p):
+            ids = list(p)
+            tok.validate_prompt_ids(ids, field=where)
+        else:
+            raise ValidationError(
+                f"{where} must be a string or a list of integer token ids", param=field
+            )
+        if not ids:
+            raise ValidationError(f"{where} is empty", param=field)
+        out.append(ids)
+    return out
+
+
+# ---- the three routes ----------------------------------------------------------------------------
+
+_COMPLETION_KEYS = (
+    set(_SAMPLING_FIELDS)
+    | set(_DEFAULT_ONLY)
+    | _INFORMATIONAL
+    | {"prompt", "max_tokens", "max_completion_tokens", "n", "stream"}
+)
+_CHAT_KEYS = (_COMPLETION_KEYS - {"prompt", "suffix", "best_of"}) | {
+    "messages",
+    "tools",
+    "add_generation_prompt",
+    "chat_template_kwargs",
+}
+
+
+def parse_completion(body: Any, tok: Tokenizer, model: str) -> Plan:
+    """``/v1/completions``."""
+    if not isinstance(body, dict):
+        raise ValidationError("the request body must be a JSON object", param=None)
+    _check_keys(body, _COMPLETION_KEYS)
+    _check_defaults(body)
+    if "prompt" not in body:
+        raise ValidationError("prompt is required", param="prompt")
+    stream, include_usage = _stream_flags(body)
+    n = _n(body)
+    prompts = _prompt_ids(body["prompt"], tok, "prompt", add_special=True)
+    _check_choices(len(prompts) * n)
+    params = _params(body, tok, prompts, DEFAULT_COMPLETION_MAX_TOKENS, "prompt")
+    return Plan("completion", prompts, params, n, stream, include_usage, model)
+
+
+def parse_chat(body: Any, tok: Tokenizer, model: str) -> Plan:
+    """``/v1/chat/completions``: the conversation rendered with the tokenizer's template."""
+    if not isinstance(body, dict):
+        raise ValidationError("the request body must be a JSON object", param=None)
+    _check_keys(body, _CHAT_KEYS)
+    _check_defaults(body)
+    if "messages" not in body:
+        raise ValidationError("messages is required", param="messages")
+    messages = normalize_messages(body["messages"])
+    stream, include_usage = _stream_flags(body)
+    n = _n(body)
+    _check_choices(n)
+    agp = body.get("add_generation_prompt", True)
+    if not isinstance(agp, bool):
+        raise ValidationError(
+            "add_generation_prompt must be a boolean", param="add_generation_prompt"
+        )
+    kwargs = body.get("chat_template_kwargs") or {}
+    if not isinstance(kwargs, dict):
+        raise ValidationError(
+            "chat_template_kwargs must be an object", param="chat_template_kwargs"
+        )
+    tools = body.get("tools")
+    if tools is not None and not isinstance(tools, list):
+        raise ValidationError("tools must be a list", param="tools")
+    text = render_chat(
+        tok.chat_template,
+        messages,
+        bos_token=tok.bos_token,
+        eos_token=tok.eos_token,
+        add_generation_prompt=agp,
+        tools=tools,
+        extra=kwargs,
+    )
+    ids = tok.encode(text, add_special_tokens=False)
+    if not ids:
+        raise ValidationError("the rendered conversation is empty", param="messages")
+    params = _params(body, tok, [ids], None, "messages")
+    return Plan("chat", [ids], params, n, stream, include_usage, model)
+
+
+_GENERATE_KEYS = {
+    "text",
+    "input_ids",
+    "sampling_params",
+    "stream",
+    "rid",
+    "return_logprob",
+    "logprob_start_len",
+    "top_logprobs_num",
+    "return_text_in_logprobs",
+    "image_data",
+    "lora_path",
+}
+
+
+def parse_generate(body: Any, tok: Tokenizer, model: str) -> Plan:
+    """SGLang's ``/generate``: ``text`` or ``input_ids``, ``sampling_params``, ``stream``,
+    ``rid`` (one or a batch)."""
+    if not isinstance(body, dict):
+        raise ValidationError("the request body must be a JSON object", param=None)
+    _check_keys(body, _GENERATE_KEYS)
+    for key in ("return_logprob", "image_data", "lora_path"):
+        if body.get(key):
+            raise ValidationError(f"{key} is not supported by this server", param=key)
+    has_text = body.get("text") is not None
+    has_ids = body.get("input_ids") is not None
+    if has_text == has_ids:
+        raise ValidationError("give exactly one of text and input_ids", param="text")
+    field_name = "text" if has_text else "input_ids"
+    value = body[field_name]
+    batch = isinstance(value, list) and (has_text or (value and isinstance(value[0], list)))
+    if has_text and isinstance(value, list) and not all(isinstance(t, str) for t in value):
+        raise ValidationError("text must be a string or a list of strings", param="text")
+    prompts = _prompt_ids(value, tok, field_name, add_special=True)
+    _check_choices(len(prompts))
+    stream = body.get("stream", False)
+    if not isinstance(stream, bool):
+        raise ValidationError(f"stream must be a boolean, got {stream!r}", param="stream")
+    sp = body.get("sampling_params")
+    if isinstance(sp, list):
+        if len(sp) != 1 and len(sp) != len(prompts):
+            raise ValidationError(
+                "sampling_params must be one object or one per prompt", param="sampling_params"
+            )
+        if any(x != sp[0] for x in sp):
+            raise ValidationError(
+                "different sampling_params per prompt are not supported; send separate requests",
+                param="sampling_params",
+            )
+        sp = sp[0]
+    params = SamplingParams.from_dict(sp)
+    if params.max_new_tokens is not None:
+        limit = tok.max_model_len
+        longest = max(len(p) for p in prompts)
+        if limit and longest + params.max_new_tokens > limit:
+            raise ValidationError(
+                f"prompt ({longest} tokens) plus max_new_tokens ({params.max_new_tokens}) is "
+                f"over the context length {limit}",
+                param="max_new_tokens",
+            )
+    params.normalize(tok)
+    params.verify(tok.model_vocab_size)
+    rids = body.get("rid")
+    if rids is not None:
+        rid_list = [rids] if isinstance(rids, str) else rids
+        if (
+            not isinstance(rid_list, list)
+            or len(rid_list) != len(prompts)
+            or not all(isinstance(r, str) and r for r in rid_list)
+            or len(set(rid_list)) != len(rid_list)
+        ):
+            raise ValidationError(
+                "rid must be a non-empty string, or one distinct string per prompt", param="rid"
+            )
+        rids = rid_list
+    return Plan("generate", prompts, params, 1, stream, False, model, rids=rids, batch=bool(batch))
+
+
+def _check_choices(count: int) -> None:
+    if count > MAX_CHOICES:
+        raise ValidationError(
+            f"this request asks for {count} completions; the limit is {MAX_CHOICES}", param="n"
+        )
+
+
+# ---- responses -----------------------------------------------------------------------------------
+
+
+def error_body(err: TokenwireError) -> dict[str, Any]:
+    """OpenAI's error shape."""
+    return {
+        "error": {
+            "message": str(err),
+            "type": err.error_type,
+            "param": err.param,
+            "code": err.status,
+        }
+    }
+
+
+def encode(obj: Any) -> bytes:
+    """JSON bytes."""
+    return _json.encode(obj)
+
+
+def sse(obj: Any) -> bytes:
+    """One server-sent event."""
+    return b"data: " + _json.encode(obj) + b"\n\n"
+
+
+SSE_DONE = b"data: [DONE]\n\n"
+
+
+def usage(prompt_tokens: int, completion_tokens: int) -> dict[str, int]:
+    return {
+        "prompt_tokens": prompt_tokens,
+        "completion_tokens": completion_tokens,
+        "total_tokens": prompt_tokens + completion_tokens,
+    }
+
+
+def finish_fields(fr: FinishReason | None, eos: tuple[int, ...]) -> tuple[str | None, Any]:
+    """OpenAI ``finish_reason`` and vLLM ``stop_reason``."""
+    if fr is None:
+        return None, None
+    return fr.openai_finish_reason, fr.stop_reason(eos)
+
+
+class ChunkWriter:
+    """Streaming chunks of one OpenAI response, with the fixed parts serialized once."""
+
+    def __init__(self, plan: Plan, eos: tuple[int, ...]) -> None:
+        self.plan = plan
+        self.eos = eos
+        chat = plan.route == "chat"
+        obj = "chat.completion.chunk" if chat else "text_completion"
+        prefix = "chatcmpl-" if chat else "cmpl-"
+        head = {"id": prefix + plan.id, "object": obj, "created": plan.created, "model": plan.model}
+        self._head = _json.encode(head)[:-1] + b',"choices":[{"index":'
+        self._tail = b',"usage":null}\n\n' if plan.include_usage else b"}\n\n"
+        self._chat = chat
+        # Per choice: everything before the text, and everything after it.
+        key = b',"delta":{"content":' if chat else b',"text":'
+        after = (
+            b'},"logprobs":null,"finish_reason":null}]'
+            if chat
+            else (b',"logprobs":null,"finish_reason":null}]')
+        )
+        self._before: dict[int, bytes] = {}
+        self._key = key
+        self._after = after + self._tail
+
+    def delta(self, index: int, text: str) -> bytes:
+        """An intermediate chunk carrying ``text``."""
+        before = self._before.get(index)
+        if before is None:
+            before = self._before[index] = b"data: " + self._head + str(index).encode() + self._key
+        return before + _json.encode(text) + self._after
+
+    def role(self, index: int) -> bytes:
+        """The chat stream's first chunk for a choice: the assistant role."""
+        body = b',"delta":{"role":"assistant","content":""},"logprobs":null,"finish_reason":null}]'
+        return b"data: " + self._head + str(index).encode() + body + self._tail
+
+    def final(self, index: int, text: str, fr: FinishReason | None) -> bytes:
+        """The chunk that ends a choice."""
+        reason, stop_reason = finish_fields(fr, self.eos)
+        delta = {"content": text} if text else {}
+        payload = ({"delta": delta} if self._chat else {"text": text}) | {
+            "logprobs": None,
+            "finish_reason": reason,
+            "stop_reason": stop_reason,
+        }
+        body = b"," + _json.encode(payload)[1:-1] + b"}]"
+        return b"data: " + self._head + str(index).encode() + body + self._tail
+
+    def usage(self, prompt_tokens: int, completion_tokens: int) -> bytes:
+        """The last chunk when ``include_usage``: no choices, the usage."""
+        chat = self._chat
+        obj = "chat.completion.chunk" if chat else "text_completion"
+        prefix = "chatcmpl-" if chat else "cmpl-"
+        return sse(
+            {
+                "id": prefix + self.plan.id,
+                "object": obj,
+                "created": self.plan.created,
+                "model": self.plan.model,
+                "choices": [],
+                "usage": usage(prompt_tokens, completion_tokens),
+            }
+        )

@@ -1,0 +1,661 @@
+"""The HTTP server: a plain ASGI app over the egress pipeline and an engine.
+
+Requests are parsed into a ``Plan`` (``server.api``), registered with the ``DetokShard`` (one
+``EgressSink`` per choice) and submitted to the engine. The engine's frames come back on the event
+loop, through the frame codec into the shard, which fills the sinks the handlers drain. A client
+that goes away aborts its engine requests at once and leaves nothing behind.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import gc
+import itertools
+import logging
+import time
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from types import SimpleNamespace
+from typing import Any
+
+import msgspec
+from prometheus_client import (
+    CONTENT_TYPE_LATEST,
+    generate_latest,
+)
+
+from tokenwire.engine import Engine, EngineRequest
+from tokenwire.messages.egress import Done, EgressSink, Error, Frame
+from tokenwire.messages.errors import (
+    ClientDisconnected,
+    InternalError,
+    OverloadedError,
+    QueueFullError,
+    TokenwireError,
+    ValidationError,
+)
+from tokenwire.messages.frames import (
+    EGRESS_TAG_BATCH,
+    EGRESS_TAG_ERROR,
+    EGRESS_TAG_RESULT,
+    decode_batch_frame,
+    decode_error_frame,
+    decode_result_frame,
+)
+from tokenwire.server import api
+from tokenwire.server.metrics import Metrics
+from tokenwire.shard import DetokShard
+from tokenwire.tokenizer import Tokenizer
+
+__all__ = ["ServerConfig", "Runtime", "App", "create_app"]
+
+log = logging.getLogger("tokenwire.server")
+
+_decode_json = msgspec.json.Decoder()
+
+
+@dataclass
+class ServerConfig:
+    """Server-level settings."""
+
+    model_name: str = "tokenwire"
+    max_concurrent_requests: int = 1024
+    sink_capacity: int = 64
+
+
+class Runtime:
+    """Ties one tokenizer, one engine and the detok shard together (event-loop thread only)."""
+
+    def __init__(self, tokenizer: Tokenizer, engine: Engine, config: ServerConfig) -> None:
+        self.tokenizer = tokenizer
+        self.engine = engine
+        self.config = config
+        self.shard = DetokShard(self._abort_in_engine)
+        self.metrics = Metrics()
+        self._ids = itertools.count()
+        self._controls: dict[str, asyncio.Future[bytes]] = {}
+
+    # ---- engine side -----------------------------------------------------------------------------
+
+    async def start(self) -> None:
+        self.tokenizer.decode_table(True)  # build the fast tables before the first request
+        self.tokenizer.decode_table(False)
+        await self.engine.start(self.on_output)
+        # Everything loaded so far (vocabulary tables: millions of objects) lives as long as the
+        # server: keep the cyclic garbage collector from walking it on every full collection.
+        gc.collect()
+        gc.freeze()
+
+    async def close(self) -> None:
+        await self.engine.close()
+        for rid in list(self.shard._reqs):
+            self.shard.fail(rid, QueueFullError("the server is shutting down"))
+
+    def _abort_in_engine(self, rid: str) -> None:
+        with contextlib.suppress(Exception):
+            self.engine.abort(rid)
+
+    def on_output(self, frame: bytes) -> None:
+        """One frame from the engine."""
+        if not frame:
+            return
+        tag = frame[0]
+        if tag == EGRESS_TAG_BATCH:
+            t0 = time.perf_counter()
+            decoded = decode_batch_frame(frame)
+            self.shard.on_frame(decoded)
+            self.metrics.egress_step.observe(time.perf_counter() - t0)
+            if decoded.ok:
+                self.metrics.generation_tokens.inc(len(decoded.token_ids))
+        elif tag == EGRESS_TAG_ERROR:
+            try:
+                rid, message = decode_error_frame(frame)
+            except TokenwireError:
+                log.error("malformed engine error frame")
+                return
+            self.shard.fail(rid, InternalError(f"engine: {message}"))
+        elif tag == EGRESS_TAG_RESULT:
+            with contextlib.suppress(TokenwireError):
+                rid, payload = decode_result_frame(frame)
+                fut = self._controls.pop(rid, None)
+                if fut is not None and not fut.done():
+                    fut.set_result(payload)
+        else:
+            log.error("engine frame with unknown tag %d", tag)
+
+    # ---- request side ----------------------------------------------------------------------------
+
+    def submit(self, plan: api.Plan) -> list[tuple[str, int, EgressSink]]:
+        """Register and submit every choice of ``plan``: ``(rid, prompt index, sink)`` each."""
+        if not self.engine.alive:
+            raise QueueFullError("the engine is not running")
+        choices = plan.choices
+        if len(self.shard) + choices > self.config.max_concurrent_requests:
+            raise OverloadedError(
+                f"too many requests in flight (limit {self.config.max_concurrent_requests})"
+            )
+        out: list[tuple[str, int, EgressSink]] = []
+        try:
+            for p, prompt in enumerate(plan.prompts):
+                for i in range(plan.n):
+                    if plan.rids is not None:
+                        rid = plan.rids[p]
+                        if rid in self.shard:
+                            raise ValidationError(f"rid {rid!r} is already in use", param="rid")
+                    else:
+                        rid = f"{plan.id}-{next(self._ids)}"
+                    params = plan.params
+                    if plan.n > 1 and params.sampling_seed is not None:
+                        # n samples from one seed: each choice its own, reproducible, stream.
+                        params = dataclasses.replace(params, sampling_seed=params.sampling_seed + i)
+                    sink = EgressSink(self.config.sink_capacity)
+                    self.shard.register(rid, sink, self.tokenizer, prompt, params)
+                    out.append((rid, p, sink))
+                    self.engine.submit(EngineRequest(rid, prompt, params, plan.stream))
+        except BaseException:
+            for rid, _, sink in out:
+                self.abort(rid, sink)
+            raise
+        self.metrics.prompt_tokens.inc(sum(len(p) for p in plan.prompts) * plan.n)
+        self.metrics.in_flight.set(len(self.shard))
+        return out
+
+    def abort(self, rid: str, sink: EgressSink | None = None) -> None:
+        """Give a request up (client gone): shard state and engine slot released at once."""
+        self.shard.abort(rid)
+        if sink is not None:
+            sink.close()
+        self.metrics.in_flight.set(len(self.shard))
+
+    def finished(self) -> None:
+        self.metrics.in_flight.set(len(self.shard))
+
+
+# ---- HTTP handlers -------------------------------------------------------------------------------
+
+
+async def _merged(subs: list[tuple[str, int, EgressSink]]) -> AsyncIterator[list[tuple[int, Any]]]:
+    """Items of several sinks as they come, in batches (everything waiting at each wake-up):
+    ``(choice index, item)`` pairs; ends when every choice has had its final item."""
+    if len(subs) == 1:
+        sink = subs[0][2]
+        while True:
+            item = await sink.get()
+            batch = [(0, item)]
+            for it in sink.drain():
+                batch.append((0, it))
+            yield batch
+            if isinstance(batch[-1][1], (Done, Error)):
+                return
+    queue: asyncio.Queue[tuple[int, Any]] = asyncio.Queue(maxsize=2 * len(subs))
+
+    async def pump(index: int, sink: EgressSink) -> None:
+        try:
+            while True:
+                item = await sink.get()
+                await queue.put((index, item))
+                if isinstance(item, (Done, Error)):
+                    return
+        except ClientDisconnected:
+            await queue.put((index, None))
+
+    tasks = [asyncio.ensure_future(pump(k, s)) for k, (_, _, s) in enumerate(subs)]
+    try:
+        remaining = len(subs)
+        while remaining:
+            batch = [await queue.get()]
+            while not queue.empty():
+                batch.append(queue.get_nowait())
+            for _index, item in batch:
+                if item is None:
+                    raise ClientDisconnected("the response channel is closed")
+                if isinstance(item, (Done, Error)):
+                    remaining -= 1
+            yield batch
+    finally:
+        for t in tasks:
+            t.cancel()
+
+
+class _Tracker:
+    """Per-request latency metrics."""
+
+    __slots__ = ("first", "last", "metrics", "start")
+
+    def __init__(self, metrics: Metrics) -> None:
+        self.metrics = metrics
+        self.start = time.perf_counter()
+        self.first = True
+        self.last = self.start
+
+    def chunk(self) -> None:
+        now = time.perf_counter()
+        if self.first:
+            self.metrics.ttft.observe(now - self.start)
+            self.first = False
+        else:
+            self.metrics.itl.observe(now - self.last)
+        self.last = now
+
+
+# ---- the ASGI application ------------------------------------------------------------------------
+
+Subs = list[tuple[str, int, EgressSink]]
+_JSON = [(b"content-type", b"application/json")]
+_SSE = [(b"content-type", b"text/event-stream"), (b"cache-control", b"no-cache")]
+
+
+async def _read_body(receive: Any) -> bytes:
+    chunks = []
+    more = True
+    while more:
+        message = await receive()
+        if message["type"] == "http.disconnect":
+            raise ClientDisconnected("the client went away before sending its request")
+        chunks.append(message.get("body", b""))
+        more = message.get("more_body", False)
+    return b"".join(chunks)
+
+
+async def _respond(send: Any, status: int, body: bytes, headers: list = _JSON) -> None:
+    await send({"type": "http.response.start", "status": status, "headers": headers})
+    await send({"type": "http.response.body", "body": body, "more_body": False})
+
+
+async def _wait_disconnect(receive: Any) -> None:
+    while (await receive())["type"] != "http.disconnect":
+        pass
+
+
+class App:
+    """The ASGI application: a handful of routes over one ``Runtime`` (no framework in the
+    streaming path: each chunk is one ``send``)."""
+
+    def __init__(self, runtime: Runtime) -> None:
+        self.runtime = runtime
+        self.state = SimpleNamespace(runtime=runtime)
+        self._eos = runtime.tokenizer.eos_token_ids
+        self._routes = {
+            ("POST", "/v1/completions"): self._completions,
+            ("POST", "/v1/chat/completions"): self._chat,
+            ("POST", "/generate"): self._generate,
+            ("GET", "/v1/models"): self._models,
+            ("GET", "/health"): self._health,
+            ("GET", "/metrics"): self._metrics,
+        }
+
+    async def __call__(self, scope: dict, receive: Any, send: Any) -> None:
+        kind = scope["type"]
+        if kind == "http":
+            handler = self._routes.get((scope["method"], scope["path"]))
+            if handler is not None:
+                await handler(receive, send)
+            elif any(path == scope["path"] for _, path in self._routes):
+                await self._error(send, _NotFound("method not allowed", 405), "other")
+            else:
+                await self._error(send, _NotFound(f"no route {scope['path']}", 404), "other")
+        elif kind == "lifespan":
+            await self._lifespan(receive, send)
+
+    async def _lifespan(self, receive: Any, send: Any) -> None:
+        while True:
+            message = await receive()
+            if message["type"] == "lifespan.startup":
+                try:
+                    await self.runtime.start()
+                except Exception as exc:
+                    log.exception("startup failed")
+                    await send({"type": "lifespan.startup.failed", "message": str(exc)})
+                    return
+                await send({"type": "lifespan.startup.complete"})
+            elif message["type"] == "lifespan.shutdown":
+                await self.runtime.close()
+                await send({"type": "lifespan.shutdown.complete"})
+                return
+
+    async def _error(self, send: Any, err: TokenwireError, route: str) -> None:
+        self.runtime.metrics.requests.labels(route, str(err.status)).inc()
+        await _respond(send, err.status, api.encode(api.error_body(err)))
+
+    # ---- generation routes -----------------------------------------------------------------------
+
+    async def _completions(self, receive: Any, send: Any) -> None:
+        await self._openai(receive, send, "completion")
+
+    async def _chat(self, receive: Any, send: Any) -> None:
+        await self._openai(receive, send, "chat")
+
+    async def _openai(self, receive: Any, send: Any, route: str) -> None:
+        rt = self.runtime
+        try:
+            body = await _read_json(receive)
+            parse = api.parse_chat if route == "chat" else api.parse_completion
+            plan = parse(body, rt.tokenizer, rt.config.model_name)
+            if isinstance(body, dict) and body.get("model") not in (None, rt.config.model_name):
+                raise ValidationError(
+                    f"The model `{body.get('model')}` does not exist (this server has "
+                    f"`{rt.config.model_name}`)",
+                    param="model",
+                )
+            subs = rt.submit(plan)
+        except ClientDisconnected:
+            return
+        except TokenwireError as err:
+            await self._error(send, err, route)
+            return
+        if plan.stream:
+            await self._stream(receive, send, _OpenAIStreamer(rt, plan, subs, self._eos), route)
+        else:
+            await self._collect(
+                receive, send, subs, _collect_openai(rt, plan, subs, self._eos), route
+            )
+
+    async def _generate(self, receive: Any, send: Any) -> None:
+        rt = self.runtime
+        try:
+            body = await _read_json(receive)
+            plan = api.parse_generate(body, rt.tokenizer, rt.config.model_name)
+            subs = rt.submit(plan)
+        except ClientDisconnected:
+            return
+        except TokenwireError as err:
+            await self._error(send, err, "generate")
+            return
+        if plan.stream:
+            await self._stream(receive, send, _GenerateStreamer(rt, plan, subs), "generate")
+        else:
+            await self._collect(receive, send, subs, _collect_generate(rt, plan, subs), "generate")
+
+    def _watch(self, receive: Any, subs: Subs) -> asyncio.Future[None]:
+        """Abort every choice the moment the client disconnects."""
+        rt = self.runtime
+        gone = asyncio.ensure_future(_wait_disconnect(receive))
+
+        def on_gone(fut: asyncio.Future[None]) -> None:
+            if not fut.cancelled() and fut.exception() is None:
+                for rid, _, sink in subs:
+                    rt.abort(rid, sink)
+
+        gone.add_done_callback(on_gone)
+        return gone
+
+    async def _stream(self, receive: Any, send: Any, streamer: _Streamer, route: str) -> None:
+        rt = self.runtime
+        subs = streamer.subs
+        gone = self._watch(receive, subs)
+        try:
+            await send({"type": "http.response.start", "status": 200, "headers": _SSE})
+            pending = streamer.head()
+            if len(subs) == 1:
+                # One choice (the common case): wait on its sink directly.
+                sink = subs[0][2]
+                while streamer.open:
+                    batch = [(0, await sink.get())]
+                    for item in sink.drain():
+                        batch.append((0, item))
+                    data = pending + streamer.feed(batch)
+                    pending = b""
+                    if data:
+                        await send({"type": "http.response.body", "body": data, "more_body": True})
+            else:
+                merged = _merged(subs)
+                try:
+                    async for batch in merged:
+                        data = pending + streamer.feed(batch)
+                        pending = b""
+                        if data:
+                            await send(
+                                {"type": "http.response.body", "body": data, "more_body": True}
+                            )
+                        if not streamer.open:
+                            break
+                finally:
+                    await merged.aclose()
+            await send({"type": "http.response.body", "body": b"", "more_body": False})
+            rt.metrics.requests.labels(route, "200").inc()
+        except ClientDisconnected:
+            rt.metrics.requests.labels(route, "499").inc()
+        finally:
+            gone.cancel()
+            streamer.close()
+
+    async def _collect(self, receive: Any, send: Any, subs: Subs, work: Any, route: str) -> None:
+        rt = self.runtime
+        gone = self._watch(receive, subs)
+        try:
+            status, body = await work
+        except ClientDisconnected:
+            rt.metrics.requests.labels(route, "499").inc()
+            return
+        finally:
+            gone.cancel()
+            rt.finished()
+        rt.metrics.requests.labels(route, str(status)).inc()
+        await _respond(send, status, api.encode(body))
+
+    # ---- the rest --------------------------------------------------------------------------------
+
+    async def _models(self, receive: Any, send: Any) -> None:
+        rt = self.runtime
+        body = {
+            "object": "list",
+            "data": [
+                {
+                    "id": rt.config.model_name,
+                    "object": "model",
+                    "created": 0,
+                    "owned_by": "tokenwire",
+                    "max_model_len": rt.tokenizer.max_model_len,
+                }
+            ],
+        }
+        await _respond(send, 200, api.encode(body))
+
+    async def _health(self, receive: Any, send: Any) -> None:
+        if self.runtime.engine.alive:
+            await _respond(send, 200, b'{"status":"ok"}')
+        else:
+            await self._error(send, QueueFullError("the engine is not running"), "health")
+
+    async def _metrics(self, receive: Any, send: Any) -> None:
+        body = generate_latest(self.runtime.metrics.registry)
+        await _respond(send, 200, body, [(b"content-type", CONTENT_TYPE_LATEST.encode())])
+
+
+class _NotFound(TokenwireError):
+    error_type = "not_found_error"
+    prefix = "not found"
+
+    def __init__(self, detail: str, status: int) -> None:
+        super().__init__(detail)
+        self.status = status  # type: ignore[misc]
+
+
+async def _read_json(receive: Any) -> Any:
+    body = await _read_body(receive)
+    try:
+        return _decode_json.decode(body)
+    except msgspec.DecodeError as exc:
+        raise ValidationError(f"the request body is not valid JSON: {exc}", param=None) from None
+
+
+def create_app(tokenizer: Tokenizer, engine: Engine, config: ServerConfig | None = None) -> App:
+    """The ASGI app; the engine starts and stops with it (ASGI lifespan)."""
+    return App(Runtime(tokenizer, engine, config or ServerConfig()))
+
+
+async def _collect_openai(
+    rt: Runtime, plan: api.Plan, subs: list[tuple[str, int, EgressSink]], eos: tuple[int, ...]
+) -> tuple[int, dict[str, Any]]:
+    texts = [[] for _ in subs]
+    finals: list[Any] = [None] * len(subs)
+    completion_tokens = 0
+    async for batch in _merged(subs):
+        for index, item in batch:
+            if isinstance(item, Error):
+                for rid, _, sink in subs:
+                    rt.abort(rid, sink)
+                return item.error.status, api.error_body(item.error)
+            texts[index].append(item.text)
+            if isinstance(item, Done):
+                finals[index] = item
+                completion_tokens += item.completion_tokens
+    choices = []
+    for index, done in enumerate(finals):
+        reason, stop_reason = api.finish_fields(done.finish_reason, eos)
+        text = "".join(texts[index])
+        choice: dict[str, Any] = {"index": index}
+        if plan.route == "chat":
+            choice["message"] = {"role": "assistant", "content": text}
+        else:
+            choice["text"] = text
+        choice |= {"logprobs": None, "finish_reason": reason, "stop_reason": stop_reason}
+        choices.append(choice)
+    prompt_tokens = sum(len(p) for p in plan.prompts) * plan.n
+    chat = plan.route == "chat"
+    return 200, {
+        "id": ("chatcmpl-" if chat else "cmpl-") + plan.id,
+        "object": "chat.completion" if chat else "text_completion",
+        "created": plan.created,
+        "model": plan.model,
+        "choices": choices,
+        "usage": api.usage(prompt_tokens, completion_tokens),
+    }
+
+
+class _Streamer:
+    """Turns one HTTP request's items into SSE bytes (synchronous; the loop in ``App._stream``
+    does the waiting and the sending)."""
+
+    def __init__(self, rt: Runtime, subs: Subs) -> None:
+        self.rt = rt
+        self.subs = subs
+        self.open = set(range(len(subs)))
+        self.tracker = _Tracker(rt.metrics)
+
+    def head(self) -> bytes:
+        return b""
+
+    def feed(self, batch: list[tuple[int, Any]]) -> bytes:
+        """SSE bytes for a batch of items; ``self.open`` empties when the response is over."""
+        raise NotImplementedError
+
+    def error(self, err: TokenwireError) -> bytes:
+        self.open.clear()
+        return api.sse(api.error_body(err)) + api.SSE_DONE
+
+    def close(self) -> None:
+        """The response is over (or abandoned): choices still open are aborted."""
+        for k in self.open:
+            rid, _, sink = self.subs[k]
+            self.rt.abort(rid, sink)
+        self.open.clear()
+        self.rt.finished()
+
+
+class _OpenAIStreamer(_Streamer):
+    def __init__(self, rt: Runtime, plan: api.Plan, subs: Subs, eos: tuple[int, ...]) -> None:
+        super().__init__(rt, subs)
+        self.plan = plan
+        self.writer = api.ChunkWriter(plan, eos)
+        self.completion_tokens = 0
+
+    def head(self) -> bytes:
+        if self.plan.route == "chat":
+            return b"".join(self.writer.role(k) for k in range(len(self.subs)))
+        return b""
+
+    def feed(self, batch: list[tuple[int, Any]]) -> bytes:
+        self.tracker.chunk()
+        writer = self.writer
+        out: list[bytes] = []
+        for index, item in batch:
+            if isinstance(item, Frame):
+                if item.text:
+                    out.append(writer.delta(index, item.text))
+                continue
+            if isinstance(item, Error):
+                out.append(self.error(item.error))
+                break
+            self.open.discard(index)
+            self.completion_tokens += item.completion_tokens
+            out.append(writer.final(index, item.text, item.finish_reason))
+            if not self.open:
+                plan = self.plan
+                if plan.include_usage:
+                    prompt_tokens = sum(len(p) for p in plan.prompts) * plan.n
+                    out.append(writer.usage(prompt_tokens, self.completion_tokens))
+                out.append(api.SSE_DONE)
+        return b"".join(out)
+
+
+async def _collect_generate(
+    rt: Runtime, plan: api.Plan, subs: list[tuple[str, int, EgressSink]]
+) -> tuple[int, Any]:
+    texts = [[] for _ in subs]
+    ids: list[list[int]] = [[] for _ in subs]
+    finals: list[Any] = [None] * len(subs)
+    async for batch in _merged(subs):
+        for index, item in batch:
+            if isinstance(item, Error):
+                for rid, _, sink in subs:
+                    rt.abort(rid, sink)
+                return item.error.status, api.error_body(item.error)
+            texts[index].append(item.text)
+            ids[index].extend(item.token_ids)
+            if isinstance(item, Done):
+                finals[index] = item
+    out = [
+        _generate_body(rid, "".join(texts[k]), ids[k], finals[k], len(plan.prompts[p]))
+        for k, (rid, p, _) in enumerate(subs)
+    ]
+    return 200, (out if plan.batch else out[0])
+
+
+def _generate_body(rid: str, text: str, ids: list[int], final: Any, prompt_tokens: int) -> dict:
+    fr = final.finish_reason if final is not None else None
+    return {
+        "text": text,
+        "output_ids": ids,
+        "meta_info": {
+            "id": rid,
+            "finish_reason": fr.to_json() if fr is not None else None,
+            "prompt_tokens": prompt_tokens,
+            "completion_tokens": final.completion_tokens if final is not None else len(ids),
+        },
+    }
+
+
+class _GenerateStreamer(_Streamer):
+    """SGLang's streaming: every chunk carries the text and output ids so far."""
+
+    def __init__(self, rt: Runtime, plan: api.Plan, subs: Subs) -> None:
+        super().__init__(rt, subs)
+        self.plan = plan
+        self.texts = ["" for _ in subs]
+        self.ids: list[list[int]] = [[] for _ in subs]
+
+    def feed(self, batch: list[tuple[int, Any]]) -> bytes:
+        self.tracker.chunk()
+        out: list[bytes] = []
+        for index, item in batch:
+            if isinstance(item, Error):
+                out.append(self.error(item.error))
+                break
+            self.texts[index] += item.text
+            self.ids[index].extend(item.token_ids)
+            rid, p, _ = self.subs[index]
+            final = item if isinstance(item, Done) else None
+            body = _generate_body(
+                rid, self.texts[index], self.ids[index], final, len(self.plan.prompts[p])
+            )
+            if final is None:
+                body["meta_info"]["completion_tokens"] = item.completion_tokens
+            else:
+                self.open.discard(index)
+            if self.plan.batch:
+                body["index"] = index
+            out.append(api.sse(body) + (api.SSE_DONE if not self.open else b""))
+        return b"".join(out)

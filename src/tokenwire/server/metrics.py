@@ -1,0 +1,91 @@
+"""Prometheus metrics of one server.
+
+Latency histograms are observed for every streamed chunk, so they are kept as plain bucket counts
+(updated from the event loop thread only, no lock) and exposed through a custom collector in the
+standard histogram format; counters and gauges are prometheus-client's own.
+"""
+
+from __future__ import annotations
+
+from bisect import bisect_left
+from collections.abc import Iterator, Sequence
+
+from prometheus_client import CollectorRegistry, Counter, Gauge
+from prometheus_client.core import HistogramMetricFamily
+
+__all__ = ["Metrics", "LoopHistogram"]
+
+
+class LoopHistogram:
+    """A histogram observed from one thread (the event loop)."""
+
+    def __init__(
+        self, name: str, documentation: str, buckets: Sequence[float], registry: CollectorRegistry
+    ) -> None:
+        self.name = name
+        self.documentation = documentation
+        self._bounds = [*sorted(buckets), float("inf")]
+        self._counts = [0] * len(self._bounds)
+        self._sum = 0.0
+        registry.register(self)
+
+    def observe(self, value: float) -> None:
+        self._counts[bisect_left(self._bounds, value)] += 1
+        self._sum += value
+
+    @property
+    def count(self) -> int:
+        return sum(self._counts)
+
+    def collect(self) -> Iterator[HistogramMetricFamily]:
+        cumulative = []
+        total = 0
+        for bound, n in zip(self._bounds, self._counts):
+            total += n
+            cumulative.append(("+Inf" if bound == float("inf") else repr(bound), total))
+        yield HistogramMetricFamily(
+            self.name, self.documentation, buckets=cumulative, sum_value=self._sum
+        )
+
+    def describe(self) -> list:
+        return []
+
+
+class Metrics:
+    """Requests by route and status, tokens in and out, time to first token, inter-token latency,
+    egress time per engine step, requests in flight."""
+
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry()
+        r = self.registry
+        self.requests = Counter(
+            "tokenwire_requests",
+            "HTTP requests by route and status",
+            ["route", "status"],
+            registry=r,
+        )
+        self.prompt_tokens = Counter("tokenwire_prompt_tokens", "Prompt tokens in", registry=r)
+        self.generation_tokens = Counter(
+            "tokenwire_generation_tokens", "Generated tokens out", registry=r
+        )
+        self.ttft = LoopHistogram(
+            "tokenwire_time_to_first_token_seconds",
+            "Time to first token",
+            registry=r,
+            buckets=(0.001, 0.005, 0.01, 0.02, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10),
+        )
+        self.itl = LoopHistogram(
+            "tokenwire_inter_token_latency_seconds",
+            "Time between streamed chunks",
+            registry=r,
+            buckets=(0.0005, 0.001, 0.005, 0.01, 0.02, 0.05, 0.1, 0.25, 0.5, 1),
+        )
+        self.egress_step = LoopHistogram(
+            "tokenwire_egress_step_seconds",
+            "Frontend time per engine step (frame to sinks)",
+            registry=r,
+            buckets=(1e-5, 5e-5, 1e-4, 2.5e-4, 5e-4, 1e-3, 2.5e-3, 5e-3, 1e-2, 5e-2),
+        )
+        self.in_flight = Gauge(
+            "tokenwire_requests_in_flight", "Engine requests in flight", registry=r
+        )

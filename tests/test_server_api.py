@@ -1,0 +1,363 @@
+"""Sans-I/O server pieces: request parsing, chat templates, chunk shapes, the synthetic engine."""
+
+from __future__ import annotations
+
+import asyncio
+
+import msgspec
+import pytest
+
+from tokenwire import FinishReason, SamplingParams, Tokenizer, ValidationError
+from tokenwire.engine import EngineRequest
+from tokenwire.engine.synthetic import SyntheticConfig, SyntheticEngine
+from tokenwire.messages.frames import EGRESS_TAG_ERROR, decode_batch_frame
+from tokenwire.server import api
+from tokenwire.server.chat import normalize_messages, render_chat
+
+from conftest import real_tokenizer
+
+
+@pytest.fixture(scope="module")
+def tok() -> Tokenizer:
+    return Tokenizer.default()
+
+
+def test_completion_defaults_and_mapping(tok):
+    plan = api.parse_completion({"prompt": "Hello"}, tok, "m")
+    assert plan.route == "completion" and plan.n == 1 and not plan.stream
+    assert plan.prompts == [tok.encode("Hello")]
+    assert plan.params.max_new_tokens == api.DEFAULT_COMPLETION_MAX_TOKENS
+    plan = api.parse_completion(
+        {
+            "prompt": [[1, 2, 3], "text"],
+            "max_tokens": 7,
+            "stop": "x",
+            "seed": 5,
+            "min_tokens": 2,
+            "include_stop_str_in_output": True,
+            "top_k": -1,
+            "stop_token_ids": [9],
+            "n": 2,
+            "stream": True,
+            "stream_options": {"include_usage": True},
+            "user": "someone",
+            "logprobs": None,
+            "echo": False,
+        },
+        tok,
+        "m",
+    )
+    p = plan.params
+    assert plan.prompts[0] == [1, 2, 3] and plan.choices == 4 and plan.include_usage
+    assert (p.max_new_tokens, p.stop_strs, p.sampling_seed, p.min_new_tokens) == (7, ["x"], 5, 2)
+    assert p.no_stop_trim and p.stop_token_ids == [9]
+
+
+@pytest.mark.parametrize(
+    ("body", "param", "fragment"),
+    [
+        ({"prompt": "x", "max_tokens": -1}, "max_tokens", "max_tokens must be at least 0"),
+        ({"prompt": "x", "max_completion_tokens": "9"}, "max_completion_tokens", "integer"),
+        ({"prompt": "x", "temperature": "hot"}, "temperature", "temperature must be a number"),
+        ({"prompt": "x", "min_tokens": 5, "max_tokens": 2}, "min_tokens", "min_tokens must be"),
+        ({"prompt": "x", "top_p": 0}, "top_p", "top_p must be in (0, 1]"),
+        ({"prompt": "x", "logit_bias": {"abc": 1}}, "logit_bias", "decimal token ids"),
+        ({"prompt": "x", "stop": 3}, "stop", "stop must be"),
+        ({"prompt": "x", "n": 0}, "n", "n must be"),
+        ({"prompt": "x", "max_tokens": 40960}, "max_tokens", "maximum context length is 40960"),
+        ({"prompt": [151936]}, "prompt", "out of range"),
+        ({"prompt": [-1]}, "prompt", "out of range"),
+        ({"prompt": []}, "prompt", "must be a string"),
+        ({"prompt": ""}, "prompt", "is empty"),
+        ({"prompt": "x", "frobnicate": 1}, "frobnicate", "unrecognized request argument"),
+        ({"prompt": "x", "logprobs": 3}, "logprobs", "not supported"),
+        ({"prompt": "x", "echo": True}, "echo", "not supported"),
+        ({"prompt": "x", "stream_options": {"include_usage": True}}, "stream_options", "stream"),
+        ({"prompt": "x", "max_tokens": 1, "max_completion_tokens": 1}, "max_completion_tokens", ""),
+        ({}, "prompt", "prompt is required"),
+    ],
+)
+def test_completion_errors_name_the_clients_field(tok, body, param, fragment):
+    with pytest.raises(ValidationError) as info:
+        api.parse_completion(body, tok, "m")
+    assert info.value.param == param
+    assert fragment in str(info.value)
+    assert "max_new_tokens" not in str(info.value)
+
+
+def test_ids_past_the_tokenizer_are_valid_prompts(tok):
+    plan = api.parse_completion({"prompt": [151669, 151935, 5]}, tok, "m")
+    assert plan.prompts == [[151669, 151935, 5]]
+
+
+def test_chat_renders_the_tokenizers_template(tok):
+    plan = api.parse_chat(
+        {
+            "messages": [
+                {"role": "system", "content": "Be brief."},
+                {"role": "user", "content": "Hi"},
+            ]
+        },
+        tok,
+        "m",
+    )
+    text = tok.decode(plan.prompts[0], skip_special_tokens=False)
+    assert text == (
+        "<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\nHi<|im_end|>\n"
+        "<|im_start|>assistant\n"
+    )
+    assert plan.params.max_new_tokens == 40960 - len(plan.prompts[0])
+    # chat_template_kwargs reach the template (Qwen3's thinking switch)
+    plan = api.parse_chat(
+        {
+            "messages": [{"role": "user", "content": "Hi"}],
+            "chat_template_kwargs": {"enable_thinking": False},
+        },
+        tok,
+        "m",
+    )
+    assert tok.decode(plan.prompts[0], skip_special_tokens=False).endswith(
+        "<|im_start|>assistant\n<think>\n\n</think>\n\n"
+    )
+
+
+@pytest.mark.parametrize(
+    ("messages", "fragment"),
+    [
+        ([], "non-empty list"),
+        ([{"role": "wizard", "content": "x"}], "role must be one of"),
+        ([{"role": "user", "content": 5}], "content must be"),
+        ([{"role": "user", "content": [{"type": "image_url", "image_url": {}}]}], "not supported"),
+        ([{"role": "user"}], "content is missing"),
+    ],
+)
+def test_chat_message_errors(tok, messages, fragment):
+    with pytest.raises(ValidationError, match=fragment):
+        api.parse_chat({"messages": messages}, tok, "m")
+
+
+def test_chat_template_helpers():
+    msgs = normalize_messages(
+        [
+            {
+                "role": "user",
+                "content": [{"type": "text", "text": "a"}, {"type": "text", "text": "b"}],
+            }
+        ]
+    )
+    assert msgs[0]["content"] == "a\nb"
+    template = (
+        "{% if messages[0].role != 'user' %}{{ raise_exception('user first') }}{% endif %}"
+        "{{ bos_token }}{% for m in messages %}{{ m.content | tojson }}{% endfor %}"
+        "{% if add_generation_prompt %}>{% endif %}{{ strftime_now('%Y') | length }}"
+    )
+    out = render_chat(template, msgs, bos_token="<s>", eos_token="</s>")
+    assert out == '<s>"a\\nb">4'
+    with pytest.raises(ValidationError, match="user first"):
+        render_chat(template, [{"role": "system", "content": "x"}], bos_token="", eos_token="")
+    with pytest.raises(ValidationError, match="no chat template"):
+        render_chat(None, msgs, bos_token="", eos_token="")
+    with pytest.raises(ValidationError):  # the sandbox refuses unsafe attribute access
+        render_chat("{{ ''.__class__.__mro__ }}", msgs, bos_token="", eos_token="")
+
+
+def test_chat_without_template():
+    tok = real_tokenizer("llama2")  # its tokenizer_config has no chat template
+    with pytest.raises(ValidationError, match="no chat template"):
+        api.parse_chat({"messages": [{"role": "user", "content": "x"}]}, tok, "m")
+
+
+def test_generate_parsing(tok):
+    plan = api.parse_generate(
+        {"text": "Hi", "sampling_params": {"max_new_tokens": 3, "stop": ["\n"]}, "rid": "abc"},
+        tok,
+        "m",
+    )
+    assert plan.rids == ["abc"] and not plan.batch and plan.params.max_new_tokens == 3
+    plan = api.parse_generate({"input_ids": [[1, 2], [3]], "rid": ["a", "b"]}, tok, "m")
+    assert plan.batch and plan.prompts == [[1, 2], [3]]
+    plan = api.parse_generate({"text": "x", "sampling_params": {"max_new_tokens": None}}, tok, "m")
+    assert plan.params.max_new_tokens is None
+    with pytest.raises(ValidationError, match="unknown sampling parameter 'temprature'"):
+        api.parse_generate({"text": "x", "sampling_params": {"temprature": 1}}, tok, "m")
+    with pytest.raises(ValidationError, match="exactly one of"):
+        api.parse_generate({"text": "x", "input_ids": [1]}, tok, "m")
+    with pytest.raises(ValidationError, match="rid"):
+        api.parse_generate({"input_ids": [[1], [2]], "rid": ["a", "a"]}, tok, "m")
+    with pytest.raises(ValidationError, match="out of range"):
+        api.parse_generate({"input_ids": [1, 10**9]}, tok, "m")
+
+
+def test_chunk_writer_shapes(tok):
+    plan = api.parse_completion({"prompt": "x", "stream": True}, tok, "model-x")
+    w = api.ChunkWriter(plan, (151645,))
+    chunk = msgspec.json.decode(w.delta(0, 'he said "hi"\n')[6:])
+    assert chunk["object"] == "text_completion" and chunk["model"] == "model-x"
+    assert chunk["choices"] == [
+        {"index": 0, "text": 'he said "hi"\n', "logprobs": None, "finish_reason": None}
+    ]
+    final = msgspec.json.decode(w.final(1, "", FinishReason.stop(151645))[6:])
+    assert final["choices"][0]["finish_reason"] == "stop"
+    assert final["choices"][0]["stop_reason"] is None  # EOS
+    final = msgspec.json.decode(w.final(1, "!", FinishReason.stop("##"))[6:])
+    assert final["choices"][0]["stop_reason"] == "##" and final["choices"][0]["text"] == "!"
+    chat = api.parse_chat(
+        {
+            "messages": [{"role": "user", "content": "x"}],
+            "stream": True,
+            "stream_options": {"include_usage": True},
+        },
+        tok,
+        "m",
+    )
+    w = api.ChunkWriter(chat, ())
+    role = msgspec.json.decode(w.role(0)[6:])
+    assert role["choices"][0]["delta"] == {"role": "assistant", "content": ""}
+    assert role["usage"] is None
+    usage = msgspec.json.decode(w.usage(3, 4)[6:])
+    assert usage["choices"] == [] and usage["usage"]["total_tokens"] == 7
+
+
+# ---- the synthetic engine, driven directly -------------------------------------------------------
+
+
+def run_engine(tok, config, requests, *, faults=()):
+    """Submit ``requests`` and collect every frame until all finished."""
+
+    async def main():
+        frames: list[bytes] = []
+        engine = SyntheticEngine(tok, config)
+        await engine.start(frames.append)
+        for r in requests:
+            engine.submit(r)
+        for f in faults:
+            engine.inject(*f)
+        for _ in range(10_000):
+            await asyncio.sleep(0)
+            if engine.running == 0 and engine.waiting == 0 and not engine._faults:
+                break
+        await engine.close()
+        return frames, engine
+
+    return asyncio.run(main())
+
+
+def outputs(frames):
+    per: dict[str, list[int]] = {}
+    fins: dict[str, dict] = {}
+    for f in frames:
+        if f[0] == EGRESS_TAG_ERROR:
+            continue
+        d = decode_batch_frame(f)
+        assert d.ok
+        for e in d.events:
+            per.setdefault(e.rid, []).extend(e.token_ids.tolist())
+            if e.finish_reason is not None:
+                fins[e.rid] = e.finish_reason.to_json()
+    return per, fins
+
+
+def req(rid, prompt, **kw):
+    return EngineRequest(rid, prompt, SamplingParams(**kw).normalize(real_tokenizer("default")))
+
+
+def test_echo_is_deterministic(tok):
+    prompt = tok.encode("one two three four five six")
+    frames, _ = run_engine(
+        tok,
+        SyntheticConfig(output="echo", max_batch_size=2),
+        [
+            req("a", prompt, max_new_tokens=3),
+            req("b", prompt, max_new_tokens=100),
+            req("c", prompt, max_new_tokens=0),
+        ],
+    )
+    per, fins = outputs(frames)
+    assert per["a"] == prompt[:3] and fins["a"] == {"type": "length", "length": 3}
+    assert per["b"] == prompt and fins["b"] == {"type": "length", "length": len(prompt)}
+    assert per.get("c", []) == [] and fins["c"] == {"type": "length", "length": 0}
+
+
+def test_stop_tokens_eos_min_new_and_ignore_eos(tok):
+    prompt = tok.encode("alpha beta gamma delta")
+    stop = prompt[2]
+    frames, _ = run_engine(
+        tok,
+        SyntheticConfig(output="echo"),
+        [
+            req("stop", prompt, stop_token_ids=[stop]),
+            req("late", prompt, stop_token_ids=[prompt[0]], min_new_tokens=2),
+        ],
+    )
+    per, fins = outputs(frames)
+    assert per["stop"] == prompt[:3] and fins["stop"] == {"type": "stop", "matched": stop}
+    assert fins["late"]["type"] == "length"  # the stop id only came before min_new_tokens
+    eos = tok.eos_token_ids[0]
+    frames, _ = run_engine(
+        tok,
+        SyntheticConfig(output="random", eos_at=4),
+        [
+            req("e", [1], max_new_tokens=50),
+            req("i", [1], max_new_tokens=6, ignore_eos=True),
+            req("m", [1], max_new_tokens=50, min_new_tokens=6),
+        ],
+    )
+    per, fins = outputs(frames)
+    assert len(per["e"]) == 4 and per["e"][-1] == eos and fins["e"]["matched"] == eos
+    assert len(per["i"]) == 6 and fins["i"] == {"type": "length", "length": 6}
+    assert eos not in per["m"][:6]
+
+
+def test_tokens_per_step_and_batching(tok):
+    frames, engine = run_engine(
+        tok,
+        SyntheticConfig(output="random", tokens_per_step=3, max_batch_size=2),
+        [req(f"r{i}", [1], max_new_tokens=7, sampling_seed=i) for i in range(5)],
+    )
+    per, _fins = outputs(frames)
+    assert all(len(v) == 7 for v in per.values()) and len(per) == 5
+    assert max(len(decode_batch_frame(f).rids) for f in frames) == 2
+    assert engine.stats["finished"] == 5
+    # seeded output is reproducible
+    again, _ = run_engine(
+        tok,
+        SyntheticConfig(output="random", tokens_per_step=3),
+        [req("r1", [1], max_new_tokens=7, sampling_seed=1)],
+    )
+    assert outputs(again)[0]["r1"] == per["r1"]
+
+
+def test_replay_reads_as_text_and_ends_with_eos(tok):
+    frames, _ = run_engine(
+        tok, SyntheticConfig(output="replay"), [req("r", [1], max_new_tokens=None, sampling_seed=3)]
+    )
+    per, fins = outputs(frames)
+    assert fins["r"] == {"type": "stop", "matched": tok.eos_token_ids[0]}
+    text = tok.decode(per["r"])
+    assert len(text) > 10 and "\ufffd" not in text
+
+
+def test_faults(tok):
+    frames, engine = run_engine(
+        tok,
+        SyntheticConfig(output="echo"),
+        [req("a", [5, 6, 7], max_new_tokens=3), req("b", [5, 6, 7], max_new_tokens=3)],
+        faults=[("bad_id", "a"), ("error", "b")],
+    )
+    assert any(f[0] == EGRESS_TAG_ERROR for f in frames)
+    per, _ = outputs(frames)
+    assert per["a"][0] == tok.vocab_size
+    frames, engine = run_engine(
+        tok,
+        SyntheticConfig(output="echo"),
+        [req("a", [5, 6], max_new_tokens=2)],
+        faults=[("malformed", None)],
+    )
+    assert not decode_batch_frame(frames[0]).ok
+    frames, engine = run_engine(
+        tok,
+        SyntheticConfig(output="echo"),
+        [req("a", [5, 6], max_new_tokens=2)],
+        faults=[("crash", None)],
+    )
+    assert not engine.alive
