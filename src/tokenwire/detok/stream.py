@@ -291,7 +291,22 @@ class DecodeStream:
                     memo[key] = hit
                 text, self._pending = hit
         elif c == BYTE:
-            text = self._feed_run(table.tok_bytes[token_id])
+            if self._run_bad or self._strip_left or self._ppend:
+                text = self._feed_run(table.tok_bytes[token_id])
+            else:
+                # In a plain run, (pending bytes, byte) -> (text, pending, run invalid) is a pure
+                # function too.
+                key = (self._pending, token_id)
+                memo = table.feed_memo
+                step = memo.get(key)
+                if step is None:
+                    step = _run_step(self._pending, table.tok_bytes[token_id])
+                    if len(memo) >= _FEED_MEMO_MAX:
+                        memo.clear()
+                    memo[key] = step
+                text, self._pending, bad = step  # type: ignore[misc]
+                if bad:
+                    self._run_bad = True
         else:
             text = table.tok_bytes[token_id].decode("utf-8")
             if self._pending or self._run_bad:
@@ -559,6 +574,16 @@ class _GenericShared:
         if shared is None or shared.decode != tok.hf.decode:
             shared = cache[skip] = _GenericShared(tok, skip)
         return shared
+
+
+def _run_step(pending: bytes, data: bytes) -> tuple[str, bytes, bool]:
+    """One byte into a byte-fallback run holding ``pending``: ``(text, pending, run invalid)``."""
+    buf = pending + data
+    try:
+        text, used = _utf8_decode(buf, "strict", False)
+    except UnicodeDecodeError:
+        return _REPLACEMENT * len(buf), b"", True
+    return text, buf[used:], False
 
 
 def _valid(data: bytes | bytearray) -> bool:

@@ -117,8 +117,8 @@ class DecodeTable:
         self.strs = np.empty(len(tok_str), dtype=object)
         self.strs[:] = [s if s is not None else "" for s in tok_str]
         self.size = len(tok_str)
-        #: ByteLevel: ``(pending bytes, token id) -> (text, pending bytes)`` for irregular steps.
-        self.feed_memo: dict[tuple[bytes, int], tuple[str, bytes]] = {}
+        #: ``(pending bytes, token id)`` -> the outcome of that irregular step (``DecodeStream``).
+        self.feed_memo: dict[tuple[bytes, int], tuple] = {}
 
     def decode(self, ids: Sequence[int]) -> str:
         """Whole-sequence decode from the table (reference semantics; unknown ids are dropped)."""
