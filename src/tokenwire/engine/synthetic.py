@@ -292,9 +292,11 @@ class SyntheticEngine:
         return tok, out == "echo" and seq.cursor >= len(src)
 
     def _random_block(self, seq: _Seq) -> list[int]:
-        """The request's next ``_RANDOM_BLOCK`` random non-special ids (from its seed)."""
-        counters = np.arange(seq.draws + 1, seq.draws + 1 + _RANDOM_BLOCK, dtype=np.uint64)
-        seq.draws += _RANDOM_BLOCK
+        """The request's next random non-special ids (from its seed): a block of up to
+        ``_RANDOM_BLOCK``, no more than it may still generate."""
+        size = int(min(_RANDOM_BLOCK, max(1, seq.limit - seq.gen)))
+        counters = np.arange(seq.draws + 1, seq.draws + 1 + size, dtype=np.uint64)
+        seq.draws += size
         picks = _splitmix64_array(np.uint64(seq.seed), counters) % np.uint64(len(self._plain_arr))
         return self._plain_arr[picks].tolist()
 
