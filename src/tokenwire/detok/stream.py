@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from codecs import utf_8_decode as _utf8_decode
 from collections.abc import Iterable, Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from tokenwire.detok.tables import BYTE, BYTELEVEL, EMPTY, UNKNOWN, DecodeTable, utf8_feed
 from tokenwire.messages.errors import DecodeError
@@ -280,31 +280,12 @@ class DecodeStream:
             if self._ppend:
                 text = self._feed_lossy(table.tok_bytes[token_id])
             else:
-                # (pending bytes, token) -> (text, pending bytes) is a pure function: memoise it.
-                key = (self._pending, token_id)
-                memo = table.feed_memo
-                hit = memo.get(key)
-                if hit is None:
-                    hit = utf8_feed(self._pending, table.tok_bytes[token_id])
-                    if len(memo) >= _FEED_MEMO_MAX:
-                        memo.clear()
-                    memo[key] = hit
-                text, self._pending = hit
+                text, self._pending = _memo_step(table, self._pending, token_id, utf8_feed)
         elif c == BYTE:
             if self._run_bad or self._strip_left or self._ppend:
                 text = self._feed_run(table.tok_bytes[token_id])
             else:
-                # In a plain run, (pending bytes, byte) -> (text, pending, run invalid) is a pure
-                # function too.
-                key = (self._pending, token_id)
-                memo = table.feed_memo
-                step = memo.get(key)
-                if step is None:
-                    step = _run_step(self._pending, table.tok_bytes[token_id])
-                    if len(memo) >= _FEED_MEMO_MAX:
-                        memo.clear()
-                    memo[key] = step
-                text, self._pending, bad = step  # type: ignore[misc]
+                text, self._pending, bad = _memo_step(table, self._pending, token_id, _run_step)
                 if bad:
                     self._run_bad = True
         else:
@@ -574,6 +555,20 @@ class _GenericShared:
         if shared is None or shared.decode != tok.hf.decode:
             shared = cache[skip] = _GenericShared(tok, skip)
         return shared
+
+
+def _memo_step(table: DecodeTable, pending: bytes, token_id: int, step: Any) -> Any:
+    """``step(pending, token bytes)``, memoised per table: an irregular step's outcome is a pure
+    function of the bytes still pending and the token."""
+    memo = table.feed_memo
+    key = (pending, token_id)
+    hit = memo.get(key)
+    if hit is None:
+        hit = step(pending, table.tok_bytes[token_id])
+        if len(memo) >= _FEED_MEMO_MAX:
+            memo.clear()
+        memo[key] = hit
+    return hit
 
 
 def _run_step(pending: bytes, data: bytes) -> tuple[str, bytes, bool]:

@@ -486,26 +486,41 @@ def create_app(tokenizer: Tokenizer, engine: Engine, config: ServerConfig | None
     return App(Runtime(tokenizer, engine, config or ServerConfig()))
 
 
-async def _collect_openai(
-    rt: Runtime, plan: api.Plan, subs: list[tuple[str, int, EgressSink]], eos: tuple[int, ...]
-) -> tuple[int, dict[str, Any]]:
-    texts = [[] for _ in subs]
-    finals: list[Any] = [None] * len(subs)
-    completion_tokens = 0
+async def _gather(rt: Runtime, subs: Subs) -> tuple[int, Any] | _Gathered:
+    """Every choice's items until its final one; an error ends everything."""
+    got = _Gathered(len(subs))
     async for batch in _merged(subs):
         for index, item in batch:
             if isinstance(item, Error):
                 for rid, _, sink in subs:
                     rt.abort(rid, sink)
                 return item.error.status, api.error_body(item.error)
-            texts[index].append(item.text)
+            got.texts[index].append(item.text)
+            got.ids[index].extend(item.token_ids)
             if isinstance(item, Done):
-                finals[index] = item
-                completion_tokens += item.completion_tokens
+                got.finals[index] = item
+    return got
+
+
+class _Gathered:
+    __slots__ = ("finals", "ids", "texts")
+
+    def __init__(self, n: int) -> None:
+        self.texts: list[list[str]] = [[] for _ in range(n)]
+        self.ids: list[list[int]] = [[] for _ in range(n)]
+        self.finals: list[Any] = [None] * n
+
+
+async def _collect_openai(
+    rt: Runtime, plan: api.Plan, subs: Subs, eos: tuple[int, ...]
+) -> tuple[int, Any]:
+    got = await _gather(rt, subs)
+    if not isinstance(got, _Gathered):
+        return got
     choices = []
-    for index, done in enumerate(finals):
+    for index, done in enumerate(got.finals):
         reason, stop_reason = api.finish_fields(done.finish_reason, eos)
-        text = "".join(texts[index])
+        text = "".join(got.texts[index])
         choice: dict[str, Any] = {"index": index}
         if plan.route == "chat":
             choice["message"] = {"role": "assistant", "content": text}
@@ -514,6 +529,7 @@ async def _collect_openai(
         choice |= {"logprobs": None, "finish_reason": reason, "stop_reason": stop_reason}
         choices.append(choice)
     prompt_tokens = sum(len(p) for p in plan.prompts) * plan.n
+    completion_tokens = sum(done.completion_tokens for done in got.finals)
     chat = plan.route == "chat"
     return 200, {
         "id": ("chatcmpl-" if chat else "cmpl-") + plan.id,
@@ -591,24 +607,12 @@ class _OpenAIStreamer(_Streamer):
         return b"".join(out)
 
 
-async def _collect_generate(
-    rt: Runtime, plan: api.Plan, subs: list[tuple[str, int, EgressSink]]
-) -> tuple[int, Any]:
-    texts = [[] for _ in subs]
-    ids: list[list[int]] = [[] for _ in subs]
-    finals: list[Any] = [None] * len(subs)
-    async for batch in _merged(subs):
-        for index, item in batch:
-            if isinstance(item, Error):
-                for rid, _, sink in subs:
-                    rt.abort(rid, sink)
-                return item.error.status, api.error_body(item.error)
-            texts[index].append(item.text)
-            ids[index].extend(item.token_ids)
-            if isinstance(item, Done):
-                finals[index] = item
+async def _collect_generate(rt: Runtime, plan: api.Plan, subs: Subs) -> tuple[int, Any]:
+    got = await _gather(rt, subs)
+    if not isinstance(got, _Gathered):
+        return got
     out = [
-        _generate_body(rid, "".join(texts[k]), ids[k], finals[k], len(plan.prompts[p]))
+        _generate_body(rid, "".join(got.texts[k]), got.ids[k], got.finals[k], len(plan.prompts[p]))
         for k, (rid, p, _) in enumerate(subs)
     ]
     return 200, (out if plan.batch else out[0])
