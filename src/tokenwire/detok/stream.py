@@ -94,7 +94,8 @@ class DecodeStream:
         fast: bool | None = None,
     ) -> None:
         self._tok = tokenizer
-        self._prompt: list[int] = [int(i) for i in prompt_token_ids]
+        tolist = getattr(prompt_token_ids, "tolist", None)  # numpy arrays
+        self._prompt: list[int] = tolist() if tolist is not None else list(prompt_token_ids)
         self._skip = skip_special_tokens
         table = tokenizer.decode_table(skip_special_tokens) if fast is not False else None
         if fast and table is None:
