@@ -374,7 +374,11 @@ def test_many_requests_stepping_together_match_single_runs():
         items = sink.drain()
         return "".join(i.event.text for i in items), items[-1].event.finish_reason.to_json()
 
-    for _round in range(4):
+    corpus_text = tok.decode(ids_all)
+    step_ = max(1, (len(corpus_text) - 4) // 10)
+    pool = [corpus_text[i : i + 1 + i % 3] for i in range(0, len(corpus_text) - 4, step_)]
+    for round_ in range(4):
+        shared = round_ < 2  # then: so many different stops that each request checks its own
         reqs = []
         for k in range(40):
             a = rng.randrange(0, len(ids_all) - 120)
@@ -383,9 +387,8 @@ def test_many_requests_stepping_together_match_single_runs():
             params: dict = {}
             if k % 4 != 0 and len(text) > 3:
                 i = rng.randrange(len(text) - 2)
-                params["stop"] = [text[i : i + rng.randint(1, 4)], "\n\nHuman:", " the"][
-                    : 1 + k % 3
-                ]
+                own = rng.choice(pool) if shared else text[i : i + rng.randint(1, 4)]
+                params["stop"] = [own, "\n\nHuman:", " the"][: 1 + k % 3]
             if k % 7 == 0:
                 params["stop_regex"] = [r"\d{2}"]
             if k % 5 == 0:
@@ -395,6 +398,8 @@ def test_many_requests_stepping_together_match_single_runs():
         shard = DetokShard()
         for rid, prompt, _ids, params in reqs:
             shard.register(rid, sink_of[rid], tok, prompt, SamplingParams(**params).normalize(tok))
+        if shared:  # the step-wide pre-check is in use
+            assert not shard._precheck()[2]
         step = 0
         while True:
             rows = []

@@ -119,6 +119,8 @@ def _as_list(value: str | list[str] | None) -> list[str]:
 
 
 _SEP = "\x00"
+#: Past this many different stop strings among the live requests, each request checks its own.
+_MAX_SHARED_STOPS = 64
 
 
 class DetokShard:
@@ -407,13 +409,15 @@ class DetokShard:
     def _precheck(self) -> tuple[tuple[str, ...], np.ndarray, bool]:
         """The live requests' stop strings; a lookup by code point of the characters a held-back
         prefix can end with (its last entry False, for every larger code point); and whether the
-        step-wide pre-check cannot be used (a stop string containing the separator)."""
+        step-wide pre-check is not worth it (a stop string containing the separator, or so many
+        different stop strings that checking each request's own is cheaper)."""
         if self._prechecks is None:
             stops = tuple(self._stop_refs)
             codes = [ord(c) for c in self._hold_refs]
             lookup = np.zeros(max(codes, default=-1) + 2, dtype=bool)
             lookup[codes] = True
-            self._prechecks = (stops, lookup, any(_SEP in s for s in stops))
+            per_request = len(stops) > _MAX_SHARED_STOPS or any(_SEP in s for s in stops)
+            self._prechecks = (stops, lookup, per_request)
         return self._prechecks
 
     def _general_step(self, decoded: Decoded) -> None:
