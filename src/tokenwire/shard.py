@@ -58,6 +58,8 @@ class _Req:
     __slots__ = (
         "batch",
         "hold_chars",
+        "hold_firsts",
+        "hold_pairs",
         "hold_prefixes",
         "held",
         "min_new",
@@ -101,6 +103,12 @@ class _Req:
             prefixes[c].sort(key=len, reverse=True)
         self.hold_prefixes = prefixes
         self.hold_chars = frozenset(prefixes)
+        # For the step-wide pre-check: one-character prefixes, and the last two characters of the
+        # longer ones (as ``code << 21 | code``).
+        self.hold_firsts = frozenset(s[0] for s in self.stops if len(s) > 1)
+        self.hold_pairs = frozenset(
+            (ord(s[k - 2]) << 21) | ord(s[k - 1]) for s in self.stops for k in range(2, len(s))
+        )
         self.regexes = tuple(params.stop_regexes)
         keep = max((r.max_len for r in self.regexes), default=0)
         self.rtail_keep = None if keep >= UNBOUNDED else max(keep - 1, 0)
@@ -150,7 +158,8 @@ class DetokShard:
         # Stop strings and hold-back characters of the live requests (with counts), for the
         # step-wide pre-check.
         self._stop_refs: dict[str, int] = {}
-        self._hold_refs: dict[str, int] = {}
+        self._first_refs: dict[str, int] = {}
+        self._pair_refs: dict[int, int] = {}
         self._prechecks: tuple[tuple[str, ...], np.ndarray, bool] | None = None
 
     def __len__(self) -> int:
@@ -210,7 +219,11 @@ class DetokShard:
         return sid
 
     def _count(self, st: _Req, delta: int) -> None:
-        for refs, keys in ((self._stop_refs, st.stops), (self._hold_refs, st.hold_chars)):
+        for refs, keys in (
+            (self._stop_refs, st.stops),
+            (self._first_refs, st.hold_firsts),
+            (self._pair_refs, st.hold_pairs),
+        ):
             for k in keys:
                 n = refs.get(k, 0) + delta
                 if n:
@@ -307,10 +320,10 @@ class DetokShard:
             flags[list(errors)] = 2
         if finishes.count(None) != n:
             flags[[j for j, fin in enumerate(finishes) if fin is not None]] = 2
-        stops, hold_lookup, all_exact = self._precheck()
+        stops, firsts, pairs, all_exact = self._precheck()
         if all_exact:
             flags[:] = 2
-        elif stops or len(hold_lookup) > 1:
+        elif stops:
             # All texts in one string, one separator after each: text j ends at ends[j].
             big = _SEP.join(texts) + _SEP
             codes = np.frombuffer(big.encode("utf-32-le"), dtype=np.uint32)
@@ -323,12 +336,19 @@ class DetokShard:
                 while p != -1:
                     flags[int(np.searchsorted(ends, p))] = 2
                     p = big.find(s, p + 1)
-            if len(hold_lookup) > 1:  # the text may end with the start of a stop string
-                nonempty = np.empty(n, dtype=bool)
-                nonempty[0] = ends[0] > 0
-                np.greater(ends[1:], ends[:-1] + 1, out=nonempty[1:])
-                last = codes[np.maximum(ends - 1, 0)]
-                flags |= (np.take(hold_lookup, last, mode="clip") & nonempty).view(np.int8)
+            # The text may end with the start of a stop string. (With no text held, such a start
+            # lies within this step's text: one spanning into the text before would have been
+            # held.) Its last character, or its last two, tell the candidates.
+            lens = np.empty(n, dtype=np.int64)
+            lens[0] = ends[0]
+            np.subtract(ends[1:], ends[:-1] + 1, out=lens[1:])
+            last = codes[np.maximum(ends - 1, 0)]
+            hold = np.take(firsts, last, mode="clip") & (lens > 0)
+            if len(pairs):
+                keys = (codes[np.maximum(ends - 2, 0)].astype(np.int64) << 21) | last
+                at = np.minimum(np.searchsorted(pairs, keys), len(pairs) - 1)
+                hold |= (pairs[at] == keys) & (lens > 1)
+            flags |= hold.view(np.int8)
         id_list = ids.tolist()
         sinks = self._sinks
         by_sid = self._by_sid
@@ -406,18 +426,20 @@ class DetokShard:
                 errors[int(sel[k])] = e
         return texts, errors
 
-    def _precheck(self) -> tuple[tuple[str, ...], np.ndarray, bool]:
-        """The live requests' stop strings; a lookup by code point of the characters a held-back
-        prefix can end with (its last entry False, for every larger code point); and whether the
-        step-wide pre-check is not worth it (a stop string containing the separator, or so many
-        different stop strings that checking each request's own is cheaper)."""
+    def _precheck(self) -> tuple[tuple[str, ...], np.ndarray, np.ndarray, bool]:
+        """For the live requests: their stop strings; a lookup by code point of the stops' first
+        characters (its last entry False, for every larger code point); the sorted keys of the
+        last two characters of their longer proper prefixes; and whether the step-wide pre-check
+        is not worth it (a stop string containing the separator, or so many different stop
+        strings that checking each request's own is cheaper)."""
         if self._prechecks is None:
             stops = tuple(self._stop_refs)
-            codes = [ord(c) for c in self._hold_refs]
-            lookup = np.zeros(max(codes, default=-1) + 2, dtype=bool)
-            lookup[codes] = True
+            codes = [ord(c) for c in self._first_refs]
+            firsts = np.zeros(max(codes, default=-1) + 2, dtype=bool)
+            firsts[codes] = True
+            pairs = np.array(sorted(self._pair_refs), dtype=np.int64)
             per_request = len(stops) > _MAX_SHARED_STOPS or any(_SEP in s for s in stops)
-            self._prechecks = (stops, lookup, per_request)
+            self._prechecks = (stops, firsts, pairs, per_request)
         return self._prechecks
 
     def _general_step(self, decoded: Decoded) -> None:
