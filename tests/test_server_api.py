@@ -361,3 +361,31 @@ def test_faults(tok):
         faults=[("crash", None)],
     )
     assert not engine.alive
+
+
+def test_stream_options_continuous_usage_is_refused(tok):
+    with pytest.raises(ValidationError, match="continuous_usage_stats"):
+        api.parse_completion(
+            {"prompt": "x", "stream": True, "stream_options": {"continuous_usage_stats": True}},
+            tok,
+            "m",
+        )
+    api.parse_completion(
+        {"prompt": "x", "stream": True, "stream_options": {"continuous_usage_stats": False}},
+        tok,
+        "m",
+    )
+
+
+def test_control_result_frames_reach_their_waiter(tok):
+    from tokenwire.messages.frames import encode_result_frame
+    from tokenwire.server.app import Runtime, ServerConfig
+
+    async def main():
+        rt = Runtime(tok, SyntheticEngine(tok), ServerConfig())
+        fut = rt.expect_control("ctl-1")
+        rt.on_output(encode_result_frame("ctl-1", b"payload"))
+        rt.on_output(encode_result_frame("nobody", b"dropped"))
+        return await asyncio.wait_for(fut, 1)
+
+    assert asyncio.run(main()) == b"payload"

@@ -110,10 +110,9 @@ def _check_defaults(body: Mapping[str, Any]) -> None:
         if ok is None or key not in body:
             continue
         value = body[key]
-        if not any(value == v and type(value) is type(v) for v in ok if v is not None) and (
-            value is not None
-        ):
-            raise ValidationError(f"{key}={value!r} is not supported by this server", param=key)
+        if value is None or any(value == v and type(value) is type(v) for v in ok):
+            continue
+        raise ValidationError(f"{key}={value!r} is not supported by this server", param=key)
 
 
 def _is_int(v: object) -> bool:
@@ -132,6 +131,11 @@ def _stream_flags(body: Mapping[str, Any]) -> tuple[bool, bool]:
         if not isinstance(opts, dict) or set(opts) - {"include_usage", "continuous_usage_stats"}:
             raise ValidationError(
                 "stream_options must be an object with include_usage", param="stream_options"
+            )
+        if opts.get("continuous_usage_stats"):
+            raise ValidationError(
+                "stream_options.continuous_usage_stats is not supported by this server",
+                param="stream_options",
             )
         if not stream:
             raise ValidationError(

@@ -93,6 +93,12 @@ class Runtime:
         for rid in list(self.shard._reqs):
             self.shard.fail(rid, QueueFullError("the server is shutting down"))
 
+    def expect_control(self, rid: str) -> asyncio.Future[bytes]:
+        """A future for the payload of the engine's result frame for control request ``rid``."""
+        fut = asyncio.get_running_loop().create_future()
+        self._controls[rid] = fut
+        return fut
+
     def _abort_in_engine(self, rid: str) -> None:
         with contextlib.suppress(Exception):
             self.engine.abort(rid)
