@@ -395,7 +395,33 @@ def test_overload_429_and_engine_gone_503():
         assert resp.status_code == 429 and error_of(resp)["code"] == 429
         for t in threads:
             t.join()
+        # A request in flight when the engine dies gets an error, not a hang.
+        result = {}
+
+        def in_flight():
+            with httpx.stream(
+                "POST",
+                s.url + "/v1/completions",
+                json={
+                    "model": MODEL,
+                    "prompt": PROMPT,
+                    "max_tokens": 20,
+                    "stream": True,
+                },
+                timeout=30,
+            ) as resp:
+                result["body"] = resp.read().decode()
+
+        t = threading.Thread(target=in_flight)
+        t.start()
+        deadline = time.monotonic() + 10
+        while not len(s.runtime.shard) and time.monotonic() < deadline:
+            time.sleep(0.005)
         s.engine.inject("crash")
+        t.join(30)
+        events = sse_events(result["body"])
+        assert events[-1] == "[DONE]" and "engine crashed" in events[-2]
+        assert len(s.runtime.shard) == 0
         deadline = time.monotonic() + 10
         while s.engine.alive and time.monotonic() < deadline:
             time.sleep(0.01)

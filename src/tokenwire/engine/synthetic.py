@@ -238,9 +238,16 @@ class SyntheticEngine:
                 await asyncio.sleep(self.config.step_time)
         except asyncio.CancelledError:
             raise
-        except Exception:
+        except Exception as exc:
             log.exception("synthetic engine crashed")
             self._alive = False
+            # Nothing in flight may hang: every request learns the engine is gone.
+            rids = [*self._running, *(r.rid for r in self._waiting)]
+            self._running.clear()
+            self._waiting.clear()
+            if self._output is not None:
+                for rid in rids:
+                    self._output(encode_error_frame(rid, f"the engine crashed: {exc}"))
             raise
 
     def _admit(self) -> None:
