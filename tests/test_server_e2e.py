@@ -456,3 +456,27 @@ def test_disconnects_abort_and_leak_nothing():
         assert s.engine.running == 0 and s.engine.waiting == 0  # no engine slot
         assert s.engine.stats["aborted"] == n
         assert s.engine.stats["finished"] == 0
+
+
+def test_silent_engine_death_fails_requests_in_flight():
+    with serve(SyntheticConfig(output="echo", step_time=0.05)) as s:
+        result = {}
+
+        def run():
+            result["resp"] = httpx.post(
+                s.url + "/v1/completions",
+                json={"model": MODEL, "prompt": PROMPT * 5, "max_tokens": 100},
+                timeout=30,
+            )
+
+        t = threading.Thread(target=run)
+        t.start()
+        deadline = time.monotonic() + 10
+        while not len(s.runtime.shard) and time.monotonic() < deadline:
+            time.sleep(0.005)
+        s.engine._alive = False  # dies without a word: no error frame, no finish
+        t.join(30)
+        resp = result["resp"]
+        assert resp.status_code == 503
+        assert "engine is not running" in error_of(resp)["message"]
+        assert len(s.runtime.shard) == 0

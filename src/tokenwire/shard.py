@@ -168,6 +168,10 @@ class DetokShard:
     def __contains__(self, rid: object) -> bool:
         return rid in self._reqs
 
+    def live_rids(self) -> list[str]:
+        """The request ids being tracked."""
+        return list(self._reqs)
+
     @property
     def live_slots(self) -> int:
         """Decode slots in use over all batches (for leak checks)."""

@@ -54,6 +54,8 @@ __all__ = ["ServerConfig", "Runtime", "App", "create_app"]
 log = logging.getLogger("tokenwire.server")
 
 _decode_json = msgspec.json.Decoder()
+#: Seconds between checks that the engine is still alive.
+_WATCHDOG_PERIOD = 0.5
 
 
 @dataclass
@@ -76,6 +78,7 @@ class Runtime:
         self.metrics = Metrics()
         self._ids = itertools.count()
         self._controls: dict[str, asyncio.Future[bytes]] = {}
+        self._watchdog: asyncio.Task[None] | None = None
 
     # ---- engine side -----------------------------------------------------------------------------
 
@@ -87,11 +90,25 @@ class Runtime:
         # server: keep the cyclic garbage collector from walking it on every full collection.
         gc.collect()
         gc.freeze()
+        self._watchdog = asyncio.get_running_loop().create_task(self._watch_engine())
 
     async def close(self) -> None:
+        if self._watchdog is not None:
+            self._watchdog.cancel()
         await self.engine.close()
-        for rid in list(self.shard._reqs):
-            self.shard.fail(rid, QueueFullError("the server is shutting down"))
+        self._fail_all(QueueFullError("the server is shutting down"))
+
+    async def _watch_engine(self) -> None:
+        """Should the engine die without a word, no request in flight is left waiting."""
+        while True:
+            await asyncio.sleep(_WATCHDOG_PERIOD)
+            if not self.engine.alive and len(self.shard):
+                self._fail_all(QueueFullError("the engine is not running"))
+
+    def _fail_all(self, error: TokenwireError) -> None:
+        for rid in self.shard.live_rids():
+            self.shard.fail(rid, error)
+        self.metrics.in_flight.set(len(self.shard))
 
     def expect_control(self, rid: str) -> asyncio.Future[bytes]:
         """A future for the payload of the engine's result frame for control request ``rid``."""
