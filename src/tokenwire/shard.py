@@ -57,7 +57,6 @@ class _Req:
 
     __slots__ = (
         "batch",
-        "hold_chars",
         "hold_firsts",
         "hold_pairs",
         "hold_prefixes",
@@ -102,7 +101,6 @@ class _Req:
         for c in prefixes:
             prefixes[c].sort(key=len, reverse=True)
         self.hold_prefixes = prefixes
-        self.hold_chars = frozenset(prefixes)
         # For the step-wide pre-check: one-character prefixes, and the last two characters of the
         # longer ones (as ``code << 21 | code``).
         self.hold_firsts = frozenset(s[0] for s in self.stops if len(s) > 1)
@@ -113,6 +111,17 @@ class _Req:
         keep = max((r.max_len for r in self.regexes), default=0)
         self.rtail_keep = None if keep >= UNBOUNDED else max(keep - 1, 0)
         self.rtail = ""  # recent text, for regexes whose matches start in delivered text
+
+    def hold_back(self, window: str) -> str:
+        """Keep the longest suffix of ``window`` that is a proper prefix of a stop string as the
+        held text; return the rest, which may be delivered."""
+        if window:
+            for prefix in self.hold_prefixes.get(window[-1], ()):
+                if window.endswith(prefix):
+                    self.held = prefix
+                    return window[: -len(prefix)]
+        self.held = ""
+        return window
 
     @property
     def mode(self) -> int:
@@ -374,17 +383,8 @@ class DetokShard:
                         continue
                 else:
                     window = text
-                # Hold back the longest suffix that is a proper prefix of a stop string.
-                text = window
-                held = ""
-                if window:
-                    for prefix in st.hold_prefixes.get(window[-1], ()):
-                        if window.endswith(prefix):
-                            held = prefix
-                            text = window[: -len(prefix)]
-                            break
-                st.held = held
-                self._mode[sid] = 1 if held else 0
+                text = st.hold_back(window)
+                self._mode[sid] = 1 if st.held else 0
             item = Frame(rid, [tid], None, pt, text, nt)
             # EgressSink.try_send, inline (the shard is the sinks' one producer).
             sink = sinks[sid]
@@ -558,19 +558,7 @@ class DetokShard:
             joined = st.rtail + piece
             keep = st.rtail_keep
             st.rtail = joined if keep is None else (joined[-keep:] if keep else "")
-        # Hold back the longest suffix that is a proper prefix of a stop string.
-        hold = 0
-        if window[-1] in st.hold_chars:
-            for prefix in st.hold_prefixes[window[-1]]:
-                if window.endswith(prefix):
-                    hold = len(prefix)
-                    break
-        if hold:
-            out.append(window[:-hold])
-            st.held = window[-hold:]
-        else:
-            out.append(window)
-            st.held = ""
+        out.append(st.hold_back(window))
         return None
 
     def _decode_failed(self, st: _Req, exc: DecodeError, fin: FinishReason | None) -> None:
