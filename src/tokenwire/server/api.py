@@ -61,6 +61,16 @@ class Plan:
     def choices(self) -> int:
         return len(self.prompts) * self.n
 
+    def openai_head(self, *, chunk: bool) -> dict[str, Any]:
+        """The fields every OpenAI response (or streamed chunk) of this request starts with."""
+        chat = self.route == "chat"
+        if chat:
+            obj = "chat.completion.chunk" if chunk else "chat.completion"
+        else:
+            obj = "text_completion"
+        prefix = "chatcmpl-" if chat else "cmpl-"
+        return {"id": prefix + self.id, "object": obj, "created": self.created, "model": self.model}
+
 
 # ---- shared helpers ------------------------------------------------------------------------------
 
@@ -446,10 +456,7 @@ class ChunkWriter:
         self.plan = plan
         self.eos = eos
         chat = plan.route == "chat"
-        obj = "chat.completion.chunk" if chat else "text_completion"
-        prefix = "chatcmpl-" if chat else "cmpl-"
-        head = {"id": prefix + plan.id, "object": obj, "created": plan.created, "model": plan.model}
-        self._head = _json.encode(head)[:-1] + b',"choices":[{"index":'
+        self._head = _json.encode(plan.openai_head(chunk=True))[:-1] + b',"choices":[{"index":'
         self._tail = b',"usage":null}\n\n' if plan.include_usage else b"}\n\n"
         self._chat = chat
         # Per choice: everything before the text, and everything after it.
@@ -489,16 +496,7 @@ class ChunkWriter:
 
     def usage(self, prompt_tokens: int, completion_tokens: int) -> bytes:
         """The last chunk when ``include_usage``: no choices, the usage."""
-        chat = self._chat
-        obj = "chat.completion.chunk" if chat else "text_completion"
-        prefix = "chatcmpl-" if chat else "cmpl-"
         return sse(
-            {
-                "id": prefix + self.plan.id,
-                "object": obj,
-                "created": self.plan.created,
-                "model": self.plan.model,
-                "choices": [],
-                "usage": usage(prompt_tokens, completion_tokens),
-            }
+            self.plan.openai_head(chunk=True)
+            | {"choices": [], "usage": usage(prompt_tokens, completion_tokens)}
         )

@@ -553,12 +553,7 @@ async def _collect_openai(
         choices.append(choice)
     prompt_tokens = sum(len(p) for p in plan.prompts) * plan.n
     completion_tokens = sum(done.completion_tokens for done in got.finals)
-    chat = plan.route == "chat"
-    return 200, {
-        "id": ("chatcmpl-" if chat else "cmpl-") + plan.id,
-        "object": "chat.completion" if chat else "text_completion",
-        "created": plan.created,
-        "model": plan.model,
+    return 200, plan.openai_head(chunk=False) | {
         "choices": choices,
         "usage": api.usage(prompt_tokens, completion_tokens),
     }
