@@ -63,6 +63,20 @@ def serve(config: SyntheticConfig, **server_kw) -> Iterator[Served]:
         sock.close()
 
 
+def wait_until(done, timeout: float = 10) -> None:
+    """Poll ``done()`` until it holds (or give up after ``timeout`` seconds)."""
+    deadline = time.monotonic() + timeout
+    while not done() and time.monotonic() < deadline:
+        time.sleep(0.005)
+
+
+def stream_completion(url: str, prompt: str, max_tokens: int) -> str:
+    """The raw SSE body of one streaming completion."""
+    body = {"model": MODEL, "prompt": prompt, "max_tokens": max_tokens, "stream": True}
+    with httpx.stream("POST", url + "/v1/completions", json=body, timeout=30) as resp:
+        return resp.read().decode()
+
+
 @pytest.fixture(scope="module")
 def echo():
     with serve(SyntheticConfig(output="echo", step_time=0.0)) as s:
@@ -340,25 +354,12 @@ def test_mid_stream_failure_only_hits_that_request():
         results = {}
 
         def run(name):
-            with httpx.stream(
-                "POST",
-                s.url + "/v1/completions",
-                json={
-                    "model": MODEL,
-                    "prompt": PROMPT,
-                    "max_tokens": 20,
-                    "stream": True,
-                },
-                timeout=30,
-            ) as resp:
-                results[name] = resp.read().decode()
+            results[name] = stream_completion(s.url, PROMPT, 20)
 
         threads = [threading.Thread(target=run, args=(k,)) for k in ("a", "b")]
         for t in threads:
             t.start()
-        deadline = time.monotonic() + 10
-        while len(s.runtime.shard) < 2 and time.monotonic() < deadline:
-            time.sleep(0.005)
+        wait_until(lambda: len(s.runtime.shard) >= 2)
         victim = sorted(s.runtime.shard._reqs)[0]
         s.engine.inject("bad_id", victim)
         for t in threads:
@@ -388,9 +389,7 @@ def test_overload_429_and_engine_gone_503():
         ]
         for t in threads:
             t.start()
-        deadline = time.monotonic() + 10
-        while len(s.runtime.shard) < 2 and time.monotonic() < deadline:
-            time.sleep(0.005)
+        wait_until(lambda: len(s.runtime.shard) >= 2)
         resp = httpx.post(s.url + "/v1/completions", json={"model": MODEL, "prompt": "x"})
         assert resp.status_code == 429 and error_of(resp)["code"] == 429
         for t in threads:
@@ -399,32 +398,17 @@ def test_overload_429_and_engine_gone_503():
         result = {}
 
         def in_flight():
-            with httpx.stream(
-                "POST",
-                s.url + "/v1/completions",
-                json={
-                    "model": MODEL,
-                    "prompt": PROMPT,
-                    "max_tokens": 20,
-                    "stream": True,
-                },
-                timeout=30,
-            ) as resp:
-                result["body"] = resp.read().decode()
+            result["body"] = stream_completion(s.url, PROMPT, 20)
 
         t = threading.Thread(target=in_flight)
         t.start()
-        deadline = time.monotonic() + 10
-        while not len(s.runtime.shard) and time.monotonic() < deadline:
-            time.sleep(0.005)
+        wait_until(lambda: len(s.runtime.shard) > 0)
         s.engine.inject("crash")
         t.join(30)
         events = sse_events(result["body"])
         assert events[-1] == "[DONE]" and "engine crashed" in events[-2]
         assert len(s.runtime.shard) == 0
-        deadline = time.monotonic() + 10
-        while s.engine.alive and time.monotonic() < deadline:
-            time.sleep(0.01)
+        wait_until(lambda: not s.engine.alive)
         assert httpx.get(s.url + "/health").status_code == 503
         resp = httpx.post(s.url + "/v1/completions", json={"model": MODEL, "prompt": "x"})
         assert resp.status_code == 503 and error_of(resp)["type"] == "service_unavailable"
@@ -448,9 +432,7 @@ def test_disconnects_abort_and_leak_nothing():
                 # the client gives up while the server is still collecting the answer
                 with contextlib.suppress(httpx.TimeoutException):
                     httpx.post(s.url + path, json=body, timeout=0.15)
-        deadline = time.monotonic() + 10
-        while (len(s.runtime.shard) or s.engine.running) and time.monotonic() < deadline:
-            time.sleep(0.01)
+        wait_until(lambda: not len(s.runtime.shard) and not s.engine.running)
         assert len(s.runtime.shard) == 0  # no sink, no decoder state
         assert s.runtime.shard.live_slots == 0
         assert s.engine.running == 0 and s.engine.waiting == 0  # no engine slot
@@ -471,9 +453,7 @@ def test_silent_engine_death_fails_requests_in_flight():
 
         t = threading.Thread(target=run)
         t.start()
-        deadline = time.monotonic() + 10
-        while not len(s.runtime.shard) and time.monotonic() < deadline:
-            time.sleep(0.005)
+        wait_until(lambda: len(s.runtime.shard) > 0)
         s.engine._alive = False  # dies without a word: no error frame, no finish
         t.join(30)
         resp = result["resp"]
