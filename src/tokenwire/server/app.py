@@ -9,14 +9,9 @@ that goes away aborts its engine requests at once and leaves nothing behind.
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import dataclasses
-import gc
-import itertools
 import logging
 import time
 from collections.abc import AsyncIterator
-from dataclasses import dataclass
 from types import SimpleNamespace
 from typing import Any
 
@@ -26,27 +21,17 @@ from prometheus_client import (
     generate_latest,
 )
 
-from tokenwire.engine import Engine, EngineRequest
+from tokenwire.engine import Engine
 from tokenwire.messages.egress import Done, EgressSink, Error, Frame
 from tokenwire.messages.errors import (
     ClientDisconnected,
-    InternalError,
-    OverloadedError,
     QueueFullError,
     TokenwireError,
     ValidationError,
 )
-from tokenwire.messages.frames import (
-    EGRESS_TAG_BATCH,
-    EGRESS_TAG_ERROR,
-    EGRESS_TAG_RESULT,
-    decode_batch_frame,
-    decode_error_frame,
-    decode_result_frame,
-)
+from tokenwire.runtime import Runtime, ServerConfig
 from tokenwire.server import api
 from tokenwire.server.metrics import Metrics
-from tokenwire.shard import DetokShard
 from tokenwire.tokenizer import Tokenizer
 
 __all__ = ["ServerConfig", "Runtime", "App", "create_app"]
@@ -54,146 +39,6 @@ __all__ = ["ServerConfig", "Runtime", "App", "create_app"]
 log = logging.getLogger("tokenwire.server")
 
 _decode_json = msgspec.json.Decoder()
-#: Seconds between checks that the engine is still alive.
-_WATCHDOG_PERIOD = 0.5
-
-
-@dataclass
-class ServerConfig:
-    """Server-level settings."""
-
-    model_name: str = "tokenwire"
-    max_concurrent_requests: int = 1024
-    sink_capacity: int = 64
-
-
-class Runtime:
-    """Ties one tokenizer, one engine and the detok shard together (event-loop thread only)."""
-
-    def __init__(self, tokenizer: Tokenizer, engine: Engine, config: ServerConfig) -> None:
-        self.tokenizer = tokenizer
-        self.engine = engine
-        self.config = config
-        self.shard = DetokShard(self._abort_in_engine)
-        self.metrics = Metrics()
-        self._ids = itertools.count()
-        self._controls: dict[str, asyncio.Future[bytes]] = {}
-        self._watchdog: asyncio.Task[None] | None = None
-
-    # ---- engine side -----------------------------------------------------------------------------
-
-    async def start(self) -> None:
-        self.tokenizer.decode_table(True)  # build the fast tables before the first request
-        self.tokenizer.decode_table(False)
-        await self.engine.start(self.on_output)
-        # Everything loaded so far (vocabulary tables: millions of objects) lives as long as the
-        # server: keep the cyclic garbage collector from walking it on every full collection.
-        gc.collect()
-        gc.freeze()
-        self._watchdog = asyncio.get_running_loop().create_task(self._watch_engine())
-
-    async def close(self) -> None:
-        if self._watchdog is not None:
-            self._watchdog.cancel()
-        await self.engine.close()
-        self._fail_all(QueueFullError("the server is shutting down"))
-
-    async def _watch_engine(self) -> None:
-        """Should the engine die without a word, no request in flight is left waiting."""
-        while True:
-            await asyncio.sleep(_WATCHDOG_PERIOD)
-            if not self.engine.alive and len(self.shard):
-                self._fail_all(QueueFullError("the engine is not running"))
-
-    def _fail_all(self, error: TokenwireError) -> None:
-        for rid in self.shard.live_rids():
-            self.shard.fail(rid, error)
-        self.metrics.in_flight.set(len(self.shard))
-
-    def expect_control(self, rid: str) -> asyncio.Future[bytes]:
-        """A future for the payload of the engine's result frame for control request ``rid``."""
-        fut = asyncio.get_running_loop().create_future()
-        self._controls[rid] = fut
-        return fut
-
-    def _abort_in_engine(self, rid: str) -> None:
-        with contextlib.suppress(Exception):
-            self.engine.abort(rid)
-
-    def on_output(self, frame: bytes) -> None:
-        """One frame from the engine."""
-        if not frame:
-            return
-        tag = frame[0]
-        if tag == EGRESS_TAG_BATCH:
-            t0 = time.perf_counter()
-            decoded = decode_batch_frame(frame)
-            self.shard.on_frame(decoded)
-            self.metrics.egress_step.observe(time.perf_counter() - t0)
-            if decoded.ok:
-                self.metrics.generation_tokens.inc(len(decoded.token_ids))
-        elif tag == EGRESS_TAG_ERROR:
-            try:
-                rid, message = decode_error_frame(frame)
-            except TokenwireError:
-                log.error("malformed engine error frame")
-                return
-            self.shard.fail(rid, InternalError(f"engine: {message}"))
-        elif tag == EGRESS_TAG_RESULT:
-            with contextlib.suppress(TokenwireError):
-                rid, payload = decode_result_frame(frame)
-                fut = self._controls.pop(rid, None)
-                if fut is not None and not fut.done():
-                    fut.set_result(payload)
-        else:
-            log.error("engine frame with unknown tag %d", tag)
-
-    # ---- request side ----------------------------------------------------------------------------
-
-    def submit(self, plan: api.Plan) -> list[tuple[str, int, EgressSink]]:
-        """Register and submit every choice of ``plan``: ``(rid, prompt index, sink)`` each."""
-        if not self.engine.alive:
-            raise QueueFullError("the engine is not running")
-        choices = plan.choices
-        if len(self.shard) + choices > self.config.max_concurrent_requests:
-            raise OverloadedError(
-                f"too many requests in flight (limit {self.config.max_concurrent_requests})"
-            )
-        out: list[tuple[str, int, EgressSink]] = []
-        try:
-            for p, prompt in enumerate(plan.prompts):
-                for i in range(plan.n):
-                    if plan.rids is not None:
-                        rid = plan.rids[p]
-                        if rid in self.shard:
-                            raise ValidationError(f"rid {rid!r} is already in use", param="rid")
-                    else:
-                        rid = f"{plan.id}-{next(self._ids)}"
-                    params = plan.params
-                    if plan.n > 1 and params.sampling_seed is not None:
-                        # n samples from one seed: each choice its own, reproducible, stream.
-                        params = dataclasses.replace(params, sampling_seed=params.sampling_seed + i)
-                    sink = EgressSink(self.config.sink_capacity)
-                    self.shard.register(rid, sink, self.tokenizer, prompt, params)
-                    out.append((rid, p, sink))
-                    self.engine.submit(EngineRequest(rid, prompt, params, plan.stream))
-        except BaseException:
-            for rid, _, sink in out:
-                self.abort(rid, sink)
-            raise
-        self.metrics.prompt_tokens.inc(sum(len(p) for p in plan.prompts) * plan.n)
-        self.metrics.in_flight.set(len(self.shard))
-        return out
-
-    def abort(self, rid: str, sink: EgressSink | None = None) -> None:
-        """Give a request up (client gone): shard state and engine slot released at once."""
-        self.shard.abort(rid)
-        if sink is not None:
-            sink.close()
-        self.metrics.in_flight.set(len(self.shard))
-
-    def finished(self) -> None:
-        self.metrics.in_flight.set(len(self.shard))
 
 
 # ---- HTTP handlers -------------------------------------------------------------------------------
