@@ -389,3 +389,70 @@ def test_control_result_frames_reach_their_waiter(tok):
         return await asyncio.wait_for(fut, 1)
 
     assert asyncio.run(main()) == b"payload"
+
+
+# ---- every OpenAI message shape renders (issue 10, item 1) ---------------------------------------
+
+TOOL_HISTORY = [
+    {"role": "system", "content": [{"type": "text", "text": "Be brief."}]},
+    {"role": "user", "content": "Weather in Paris?", "name": "bob"},
+    {
+        "role": "assistant",
+        "content": None,
+        "refusal": None,
+        "tool_calls": [
+            {
+                "id": "call_1",
+                "type": "function",
+                "function": {"name": "get_weather", "arguments": '{"city": "Paris"}'},
+            }
+        ],
+    },
+    {"role": "tool", "tool_call_id": "call_1", "content": [{"type": "text", "text": "sunny"}]},
+]
+TOOLS = [{"type": "function", "function": {"name": "get_weather", "parameters": {}}}]
+
+
+def test_tool_calling_history_renders_as_the_template_expects(tok):
+    plan = api.parse_chat({"messages": TOOL_HISTORY, "tools": TOOLS}, tok, "m")
+    text = tok.decode(plan.prompts[0], skip_special_tokens=False)
+    assert text.startswith("<|im_start|>system\nBe brief.\n\n# Tools\n")
+    assert text.endswith(
+        "<|im_start|>user\nWeather in Paris?<|im_end|>\n"
+        "<|im_start|>assistant\n<tool_call>\n"
+        '{"name": "get_weather", "arguments": {"city": "Paris"}}\n</tool_call><|im_end|>\n'
+        "<|im_start|>user\n<tool_response>\nsunny\n</tool_response><|im_end|>\n"
+        "<|im_start|>assistant\n"
+    )
+
+
+def test_message_shapes_are_normalized():
+    msgs = normalize_messages(
+        [
+            {"role": "developer", "content": "rules"},
+            {"role": "assistant", "content": None, "refusal": "I can't help with that."},
+            {"role": "assistant", "content": [{"type": "refusal", "refusal": "No."}]},
+            {"role": "assistant", "tool_calls": [{"function": {"name": "f", "arguments": ""}}]},
+            {"role": "assistant", "content": "", "tool_calls": [{"function": {"arguments": "x{"}}]},
+        ],
+        roles=frozenset({"system", "user", "assistant"}),
+    )
+    assert msgs[0] == {"role": "system", "content": "rules"}
+    assert msgs[1]["content"] == "I can't help with that." and "refusal" in msgs[1]
+    assert msgs[2]["content"] == "No."
+    assert msgs[3]["content"] == "" and msgs[3]["tool_calls"][0]["function"]["arguments"] == {}
+    assert msgs[4]["tool_calls"][0]["function"]["arguments"] == "x{"  # not JSON: kept
+    # a template that names the developer role keeps it
+    kept = normalize_messages(
+        [{"role": "developer", "content": "x"}], roles=frozenset({"developer"})
+    )
+    assert kept[0]["role"] == "developer"
+    with pytest.raises(ValidationError, match=r"messages\[0\].tool_calls must be a list"):
+        normalize_messages([{"role": "assistant", "tool_calls": "f()"}])
+
+
+def test_a_template_that_breaks_is_a_400_not_a_500():
+    msgs = normalize_messages([{"role": "user", "content": "x"}])
+    with pytest.raises(ValidationError, match="cannot render these messages") as info:
+        render_chat("{{ messages[0].content + 1 }}", msgs, bos_token="", eos_token="")
+    assert info.value.param == "messages"

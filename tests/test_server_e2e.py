@@ -330,6 +330,39 @@ def test_generate_native(echo):
     assert isinstance(batch, list) and len(batch) == 2
 
 
+def test_usage_counts_each_prompt_once_whatever_n(echo):
+    """OpenAI and vLLM count the prompt once with n > 1 (and each prompt of a batch once)."""
+    plen = len(echo.tok.encode(PROMPT))
+
+    def prompt_metric() -> float:
+        text = httpx.get(echo.url + "/metrics").text
+        line = next(x for x in text.splitlines() if x.startswith("tokenwire_prompt_tokens_total"))
+        return float(line.split()[-1])
+
+    before = prompt_metric()
+    r = echo.client.completions.create(model=MODEL, prompt=PROMPT, max_tokens=5, n=3)
+    assert r.usage.prompt_tokens == plen and r.usage.completion_tokens == 15
+    assert prompt_metric() - before == plen
+    stream = echo.client.completions.create(
+        model=MODEL,
+        prompt=[PROMPT, "two words"],
+        max_tokens=4,
+        n=2,
+        stream=True,
+        stream_options={"include_usage": True},
+    )
+    usage = [c.usage for c in stream if c.usage is not None][-1]
+    assert usage.prompt_tokens == plen + len(echo.tok.encode("two words"))
+    assert usage.completion_tokens == 2 * 4 + 2 * 2  # "two words" echoes its 2 tokens
+    chat = echo.client.chat.completions.create(
+        model=MODEL, messages=[{"role": "user", "content": "hi"}], max_tokens=3, n=4
+    )
+    single = echo.client.chat.completions.create(
+        model=MODEL, messages=[{"role": "user", "content": "hi"}], max_tokens=3
+    )
+    assert chat.usage.prompt_tokens == single.usage.prompt_tokens
+
+
 def test_models_health_metrics(echo):
     models = httpx.get(echo.url + "/v1/models").json()
     assert models["data"][0]["id"] == MODEL

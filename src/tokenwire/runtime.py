@@ -171,7 +171,7 @@ class Runtime:
             for rid, _, sink in out:
                 self.abort(rid, sink)
             raise
-        self.metrics.prompt_tokens.inc(sum(len(p) for p in plan.prompts) * plan.n)
+        self.metrics.prompt_tokens.inc(plan.prompt_tokens)
         self.metrics.in_flight.set(len(self.shard))
         return out
 

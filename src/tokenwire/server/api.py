@@ -19,7 +19,7 @@ import msgspec
 from tokenwire.messages.errors import TokenwireError, ValidationError
 from tokenwire.messages.finish_reason import FinishReason
 from tokenwire.messages.sampling import SamplingParams
-from tokenwire.server.chat import normalize_messages, render_chat
+from tokenwire.server.chat import normalize_messages, render_chat, template_roles
 from tokenwire.tokenizer import Tokenizer
 
 __all__ = [
@@ -60,6 +60,12 @@ class Plan:
     @property
     def choices(self) -> int:
         return len(self.prompts) * self.n
+
+    @property
+    def prompt_tokens(self) -> int:
+        """Prompt tokens of the request: each prompt counted once, whatever ``n`` (as OpenAI and
+        vLLM count them)."""
+        return sum(len(p) for p in self.prompts)
 
     def openai_head(self, *, chunk: bool) -> dict[str, Any]:
         """The fields every OpenAI response (or streamed chunk) of this request starts with."""
@@ -288,7 +294,7 @@ def parse_chat(body: Any, tok: Tokenizer, model: str) -> Plan:
     _check_defaults(body)
     if "messages" not in body:
         raise ValidationError("messages is required", param="messages")
-    messages = normalize_messages(body["messages"])
+    messages = normalize_messages(body["messages"], roles=template_roles(tok.chat_template))
     stream, include_usage = _stream_flags(body)
     n = _n(body)
     _check_choices(n)

@@ -396,7 +396,7 @@ async def _collect_openai(
             choice["text"] = text
         choice |= {"logprobs": None, "finish_reason": reason, "stop_reason": stop_reason}
         choices.append(choice)
-    prompt_tokens = sum(len(p) for p in plan.prompts) * plan.n
+    prompt_tokens = plan.prompt_tokens
     completion_tokens = sum(done.completion_tokens for done in got.finals)
     return 200, plan.openai_head(chunk=False) | {
         "choices": choices,
@@ -464,8 +464,7 @@ class _OpenAIStreamer(_Streamer):
             if not self.open:
                 plan = self.plan
                 if plan.include_usage:
-                    prompt_tokens = sum(len(p) for p in plan.prompts) * plan.n
-                    out.append(writer.usage(prompt_tokens, self.completion_tokens))
+                    out.append(writer.usage(plan.prompt_tokens, self.completion_tokens))
                 out.append(api.SSE_DONE)
         return b"".join(out)
 

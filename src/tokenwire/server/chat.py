@@ -5,6 +5,7 @@ templates use (``raise_exception``, ``strftime_now``) and the variables (``messa
 
 from __future__ import annotations
 
+import contextlib
 import json
 from collections.abc import Mapping
 from datetime import datetime
@@ -17,7 +18,7 @@ from jinja2.sandbox import ImmutableSandboxedEnvironment
 
 from tokenwire.messages.errors import ValidationError
 
-__all__ = ["render_chat", "normalize_messages"]
+__all__ = ["render_chat", "normalize_messages", "template_roles"]
 
 _ROLES = {"system", "user", "assistant", "tool", "developer", "function"}
 
@@ -49,8 +50,66 @@ def _compile(template: str) -> jinja2.Template:
     return env.from_string(template)
 
 
-def normalize_messages(messages: Any) -> list[dict[str, Any]]:
-    """Check the ``messages`` field; text content parts are joined into one string."""
+#: Content part types that carry plain text (``refusal`` parts carry it in ``refusal``).
+_TEXT_PARTS = {"text": "text", "input_text": "text", "output_text": "text", "refusal": "refusal"}
+
+
+def _content_text(content: Any, where: str) -> str | None:
+    """A message's ``content`` as one string (text parts joined by newlines, as vLLM does)."""
+    if content is None or isinstance(content, str):
+        return content
+    if not isinstance(content, list):
+        raise ValidationError(
+            f"{where}.content must be a string, a list of parts or null", param="messages"
+        )
+    texts = []
+    for k, part in enumerate(content):
+        if isinstance(part, str):  # a bare string part (accepted by vLLM)
+            texts.append(part)
+            continue
+        kind = part.get("type") if isinstance(part, dict) else type(part).__name__
+        key = _TEXT_PARTS.get(kind) if isinstance(kind, str) else None
+        if key is None:
+            raise ValidationError(
+                f"{where}.content[{k}] of type {kind!r} is not supported (text only)",
+                param="messages",
+            )
+        if not isinstance(part.get(key), str):
+            raise ValidationError(f"{where}.content[{k}].{key} must be a string", param="messages")
+        texts.append(part[key])
+    return "\n".join(texts)
+
+
+def _tool_calls(calls: Any, where: str) -> list[dict[str, Any]]:
+    """An assistant message's ``tool_calls`` as chat templates expect them: ``arguments`` as an
+    object (OpenAI clients send a JSON string), left a string when it is not JSON."""
+    if not isinstance(calls, list):
+        raise ValidationError(f"{where}.tool_calls must be a list", param="messages")
+    out = []
+    for k, call in enumerate(calls):
+        if not isinstance(call, dict):
+            raise ValidationError(f"{where}.tool_calls[{k}] must be an object", param="messages")
+        call = dict(call)
+        fn = call.get("function")
+        if isinstance(fn, dict):
+            fn = dict(fn)
+            args = fn.get("arguments")
+            if args is None or args == "":
+                fn["arguments"] = {}
+            elif isinstance(args, str):
+                with contextlib.suppress(ValueError):  # not JSON: the string as sent
+                    fn["arguments"] = json.loads(args)
+            call["function"] = fn
+        out.append(call)
+    return out
+
+
+def normalize_messages(messages: Any, *, roles: frozenset[str] | None = None) -> list[dict]:
+    """Check the ``messages`` field and shape every message as Hugging Face chat templates expect
+    it: content parts joined into one string, a null ``content`` (an assistant's tool calls or
+    refusal) as the refusal or ``""``, tool-call arguments as objects. ``roles``, when given, are
+    the roles the template knows: a ``developer`` message becomes ``system`` when the template
+    has no ``developer`` role (OpenAI treats them alike)."""
     if not isinstance(messages, list) or not messages:
         raise ValidationError("messages must be a non-empty list", param="messages")
     out = []
@@ -64,32 +123,29 @@ def normalize_messages(messages: Any) -> list[dict[str, Any]]:
                 f"{where}.role must be one of {', '.join(sorted(_ROLES))}, got {role!r}",
                 param="messages",
             )
-        content = msg.get("content")
-        if isinstance(content, list):
-            texts = []
-            for k, part in enumerate(content):
-                if not isinstance(part, dict) or part.get("type") != "text":
-                    kind = part.get("type") if isinstance(part, dict) else type(part).__name__
-                    raise ValidationError(
-                        f"{where}.content[{k}] of type {kind!r} is not supported (text only)",
-                        param="messages",
-                    )
-                if not isinstance(part.get("text"), str):
-                    raise ValidationError(
-                        f"{where}.content[{k}].text must be a string", param="messages"
-                    )
-                texts.append(part["text"])
-            content = "\n".join(texts)
-        elif content is not None and not isinstance(content, str):
-            raise ValidationError(
-                f"{where}.content must be a string or a list of parts", param="messages"
-            )
-        if content is None and not msg.get("tool_calls"):
+        content = _content_text(msg.get("content"), where)
+        norm = {k: v for k, v in msg.items() if v is not None}
+        if role == "assistant":
+            if msg.get("tool_calls") is not None:
+                norm["tool_calls"] = _tool_calls(msg["tool_calls"], where)
+            refusal = msg.get("refusal")
+            if content is None and isinstance(refusal, str):
+                content = refusal
+            if content is None:
+                content = ""
+        elif content is None:
             raise ValidationError(f"{where}.content is missing", param="messages")
-        norm = dict(msg)
+        if role == "developer" and roles is not None and "developer" not in roles:
+            role = "system"
+        norm["role"] = role
         norm["content"] = content
         out.append(norm)
     return out
+
+
+def template_roles(template: str | None) -> frozenset[str]:
+    """The roles a chat template names (by a plain substring test)."""
+    return frozenset(r for r in _ROLES if template and r in template)
 
 
 def render_chat(
@@ -126,5 +182,8 @@ def render_chat(
         )
     except _TemplateError as exc:
         raise ValidationError(f"chat template: {exc}", param="messages") from None
-    except jinja2.TemplateError as exc:
-        raise ValidationError(f"chat template failed: {exc}", param="messages") from None
+    except Exception as exc:  # a template bug or a shape it cannot take is the request's 400
+        raise ValidationError(
+            f"the chat template cannot render these messages ({type(exc).__name__}: {exc})",
+            param="messages",
+        ) from None
