@@ -8,6 +8,8 @@ import os
 import sys
 from collections.abc import Sequence
 
+from tokenwire.messages.sampling import DEFAULT_MAX_STOP_STR_LEN
+
 __all__ = ["main", "build_parser"]
 
 
@@ -70,6 +72,13 @@ def build_parser() -> argparse.ArgumentParser:
         "(default: %(default)s)",
     )
     serve.add_argument(
+        "--max-stop-str-len",
+        type=int,
+        default=DEFAULT_MAX_STOP_STR_LEN,
+        help="longest stop string a request may send, in UTF-8 bytes; longer ones get 400 "
+        "(default: %(default)s)",
+    )
+    serve.add_argument(
         "--step-time-ms",
         type=float,
         default=20.0,
@@ -124,10 +133,13 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _serve(args: argparse.Namespace) -> int:
+    if args.max_stop_str_len < 1:
+        raise SystemExit("tokenwire: --max-stop-str-len must be at least 1")
     import uvicorn
 
     from tokenwire.engine.synthetic import SyntheticConfig, SyntheticEngine
     from tokenwire.server import ServerConfig, create_app
+    from tokenwire.server.api import RequestLimits
     from tokenwire.tokenizer import DEFAULT_TOKENIZER_NAME, Tokenizer
 
     logging.basicConfig(level=args.log_level.upper(), format="%(levelname)s %(name)s: %(message)s")
@@ -155,7 +167,11 @@ def _serve(args: argparse.Namespace) -> int:
     app = create_app(
         tok,
         engine,
-        ServerConfig(model_name=name, max_concurrent_requests=args.max_concurrent_requests),
+        ServerConfig(
+            model_name=name,
+            max_concurrent_requests=args.max_concurrent_requests,
+            limits=RequestLimits(max_stop_str_len=args.max_stop_str_len),
+        ),
     )
     print(
         f"tokenwire: serving {name!r} (vocab {tok.vocab_size}, model vocab {tok.model_vocab_size})"

@@ -55,6 +55,7 @@ class ServerConfig:
     model_name: str = "tokenwire"
     max_concurrent_requests: int = 1024
     sink_capacity: int = 64
+    limits: api.RequestLimits = dataclasses.field(default_factory=api.RequestLimits)
 
 
 class Runtime:

@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from tokenwire.detok.batch import DecodeBatch
+from tokenwire.holdback import HoldBack
 from tokenwire.messages.egress import Done, EgressSink, Error, Frame
 from tokenwire.messages.errors import (
     DecodeError,
@@ -57,10 +58,9 @@ class _Req:
 
     __slots__ = (
         "batch",
+        "hb",
         "hold_firsts",
         "hold_pairs",
-        "hold_prefixes",
-        "held",
         "min_new",
         "no_trim",
         "regexes",
@@ -87,20 +87,11 @@ class _Req:
         self.sink = sink
         self.batch = batch
         self.slot = slot
-        self.held = ""  # text held back: it may be the start of a stop string
         self.min_new = params.min_new_tokens
         self.no_trim = params.no_stop_trim
         stops = params.stop_strs if params.stop_strs is not None else _as_list(params.stop)
         self.stops: tuple[str, ...] = tuple(stops)
-        # For the hold-back: the characters that can end a proper prefix of a stop string, and
-        # for each, the prefixes that end with it, longest first.
-        prefixes: dict[str, list[str]] = {}
-        for s in self.stops:
-            for k in range(len(s) - 1, 0, -1):
-                prefixes.setdefault(s[k - 1], []).append(s[:k])
-        for c in prefixes:
-            prefixes[c].sort(key=len, reverse=True)
-        self.hold_prefixes = prefixes
+        self.hb = HoldBack(self.stops)  # text held back: it may start a stop string
         # For the step-wide pre-check: one-character prefixes, and the last two characters of the
         # longer ones (as ``code << 21 | code``).
         self.hold_firsts = frozenset(s[0] for s in self.stops if len(s) > 1)
@@ -112,16 +103,15 @@ class _Req:
         self.rtail_keep = None if keep >= UNBOUNDED else max(keep - 1, 0)
         self.rtail = ""  # recent text, for regexes whose matches start in delivered text
 
+    @property
+    def held(self) -> str:
+        """Text held back: it may be the start of a stop string."""
+        return self.hb.held
+
     def hold_back(self, window: str) -> str:
-        """Keep the longest suffix of ``window`` that is a proper prefix of a stop string as the
-        held text; return the rest, which may be delivered."""
-        if window:
-            for prefix in self.hold_prefixes.get(window[-1], ()):
-                if window.endswith(prefix):
-                    self.held = prefix
-                    return window[: -len(prefix)]
-        self.held = ""
-        return window
+        """Keep the longest suffix of ``window`` (the held text, then new text) that is a proper
+        prefix of a stop string as the held text; return the rest, which may be delivered."""
+        return self.hb.push(window)
 
     @property
     def mode(self) -> int:
@@ -505,8 +495,7 @@ class DetokShard:
             if tail:
                 stop = self._take(st, tail, out, ntok)
             if stop is None:
-                out.append(st.held)
-                st.held = ""
+                out.append(st.hb.release())
         self._ntok[st.sid] = ntok
         self._mode[st.sid] = st.mode
         final = stop or fin
@@ -552,7 +541,7 @@ class DetokShard:
                             best = (end, len(st.stops) + k, end, rx.pattern)
             if best is not None:
                 out.append(window[: best[2]])
-                st.held = ""
+                st.hb.release()
                 return FinishReason.stop(best[3])
         if st.regexes:
             joined = st.rtail + piece

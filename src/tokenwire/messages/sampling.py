@@ -23,6 +23,7 @@ if TYPE_CHECKING:
     from tokenwire.tokenizer import Tokenizer
 
 __all__ = [
+    "DEFAULT_MAX_STOP_STR_LEN",
     "MAX_STOP_COUNT",
     "MAX_STOP_REGEX_COUNT",
     "MAX_STOP_REGEX_LEN",
@@ -35,6 +36,10 @@ __all__ = [
 TOP_K_ALL = 1 << 30
 #: Most stop strings a request may carry.
 MAX_STOP_COUNT = 32
+#: Longest stop string, in UTF-8 bytes, unless the server says otherwise (``--max-stop-str-len``).
+#: Stop strings are delimiters: those real clients send (lm-eval, benchmark tools, chat stacks)
+#: are tens of bytes; 1 KiB leaves ample room while bounding a request's stop state.
+DEFAULT_MAX_STOP_STR_LEN = 1024
 #: Most stop regexes a request may carry.
 MAX_STOP_REGEX_COUNT = 32
 #: Longest stop regex, in UTF-8 bytes.
@@ -145,11 +150,16 @@ class SamplingParams:
     # ---- normalize / verify ----------------------------------------------------------------------
 
     def normalize(
-        self, tokenizer: Tokenizer | None, *, names: Mapping[str, str] | None = None
+        self,
+        tokenizer: Tokenizer | None,
+        *,
+        names: Mapping[str, str] | None = None,
+        max_stop_str_len: int = DEFAULT_MAX_STOP_STR_LEN,
     ) -> SamplingParams:
         """Derive the internal fields (idempotent): stop lists and their bounds, greedy decoding
-        for temperatures below ``SAMPLING_EPS``, ``top_k`` -1 as ``TOP_K_ALL``. Stop strings,
-        stop regexes and ``min_new_tokens > 0`` need a tokenizer."""
+        for temperatures below ``SAMPLING_EPS``, ``top_k`` -1 as ``TOP_K_ALL``. Stop strings
+        (each at most ``max_stop_str_len`` UTF-8 bytes), stop regexes and ``min_new_tokens > 0``
+        need a tokenizer."""
         nm = _Names(names)
         stops = [self.stop] if isinstance(self.stop, str) else list(self.stop or [])
         if len(stops) > MAX_STOP_COUNT:
@@ -159,6 +169,14 @@ class SamplingParams:
             )
         if any(s == "" for s in stops):
             raise ValidationError(f"{nm('stop')} strings must not be empty", param=nm("stop"))
+        for s in stops:
+            # Four bytes per character at most: only long strings need encoding to be sure.
+            if len(s) * 4 > max_stop_str_len and len(s.encode("utf-8")) > max_stop_str_len:
+                raise ValidationError(
+                    f"{nm('stop')} strings must be at most {max_stop_str_len} bytes (UTF-8), "
+                    f"got one of {len(s.encode('utf-8'))}",
+                    param=nm("stop"),
+                )
         patterns = (
             [self.stop_regex] if isinstance(self.stop_regex, str) else list(self.stop_regex or [])
         )

@@ -18,12 +18,13 @@ import msgspec
 
 from tokenwire.messages.errors import TokenwireError, ValidationError
 from tokenwire.messages.finish_reason import FinishReason
-from tokenwire.messages.sampling import SamplingParams
+from tokenwire.messages.sampling import DEFAULT_MAX_STOP_STR_LEN, SamplingParams
 from tokenwire.server.chat import normalize_messages, render_chat, template_roles
 from tokenwire.tokenizer import Tokenizer
 
 __all__ = [
     "Plan",
+    "RequestLimits",
     "parse_completion",
     "parse_chat",
     "parse_generate",
@@ -179,12 +180,24 @@ def _max_tokens(body: Mapping[str, Any]) -> tuple[str, Any]:
     return (given[0], body[given[0]]) if given else ("max_tokens", None)
 
 
+@dataclass(frozen=True)
+class RequestLimits:
+    """Server-wide bounds on what one request may ask (each a 400 naming the field past it)."""
+
+    #: Longest stop string, in UTF-8 bytes.
+    max_stop_str_len: int = DEFAULT_MAX_STOP_STR_LEN
+
+
+DEFAULT_LIMITS = RequestLimits()
+
+
 def _params(
     body: Mapping[str, Any],
     tok: Tokenizer,
     prompts: list[list[int]],
     default_max: int | None,
     prompt_field: str,
+    limits: RequestLimits,
 ) -> SamplingParams:
     """SamplingParams from OpenAI fields (null means the default), normalized and verified."""
     names = {internal: external for external, internal in _SAMPLING_FIELDS.items()}
@@ -218,7 +231,7 @@ def _params(
                 f"prompt or {max_key}.",
                 param=max_key,
             )
-    params.normalize(tok, names=names)
+    params.normalize(tok, names=names, max_stop_str_len=limits.max_stop_str_len)
     params.verify(tok.model_vocab_size, names=names)
     return params
 
@@ -270,7 +283,9 @@ _CHAT_KEYS = (_COMPLETION_KEYS - {"prompt", "suffix", "best_of"}) | {
 }
 
 
-def parse_completion(body: Any, tok: Tokenizer, model: str) -> Plan:
+def parse_completion(
+    body: Any, tok: Tokenizer, model: str, *, limits: RequestLimits = DEFAULT_LIMITS
+) -> Plan:
     """``/v1/completions``."""
     if not isinstance(body, dict):
         raise ValidationError("the request body must be a JSON object", param=None)
@@ -282,11 +297,13 @@ def parse_completion(body: Any, tok: Tokenizer, model: str) -> Plan:
     n = _n(body)
     prompts = _prompt_ids(body["prompt"], tok, "prompt", add_special=True)
     _check_choices(len(prompts) * n)
-    params = _params(body, tok, prompts, DEFAULT_COMPLETION_MAX_TOKENS, "prompt")
+    params = _params(body, tok, prompts, DEFAULT_COMPLETION_MAX_TOKENS, "prompt", limits)
     return Plan("completion", prompts, params, n, stream, include_usage, model)
 
 
-def parse_chat(body: Any, tok: Tokenizer, model: str) -> Plan:
+def parse_chat(
+    body: Any, tok: Tokenizer, model: str, *, limits: RequestLimits = DEFAULT_LIMITS
+) -> Plan:
     """``/v1/chat/completions``: the conversation rendered with the tokenizer's template."""
     if not isinstance(body, dict):
         raise ValidationError("the request body must be a JSON object", param=None)
@@ -323,7 +340,7 @@ def parse_chat(body: Any, tok: Tokenizer, model: str) -> Plan:
     ids = tok.encode(text, add_special_tokens=False)
     if not ids:
         raise ValidationError("the rendered conversation is empty", param="messages")
-    params = _params(body, tok, [ids], None, "messages")
+    params = _params(body, tok, [ids], None, "messages", limits)
     return Plan("chat", [ids], params, n, stream, include_usage, model)
 
 
@@ -342,7 +359,9 @@ _GENERATE_KEYS = {
 }
 
 
-def parse_generate(body: Any, tok: Tokenizer, model: str) -> Plan:
+def parse_generate(
+    body: Any, tok: Tokenizer, model: str, *, limits: RequestLimits = DEFAULT_LIMITS
+) -> Plan:
     """SGLang's ``/generate``: ``text`` or ``input_ids``, ``sampling_params``, ``stream``,
     ``rid`` (one or a batch)."""
     if not isinstance(body, dict):
@@ -387,7 +406,7 @@ def parse_generate(body: Any, tok: Tokenizer, model: str) -> Plan:
                 f"over the context length {limit}",
                 param="max_new_tokens",
             )
-    params.normalize(tok)
+    params.normalize(tok, max_stop_str_len=limits.max_stop_str_len)
     params.verify(tok.model_vocab_size)
     rids = body.get("rid")
     if rids is not None:

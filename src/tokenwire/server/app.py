@@ -200,7 +200,7 @@ class App:
         try:
             body = await _read_json(receive)
             parse = api.parse_chat if route == "chat" else api.parse_completion
-            plan = parse(body, rt.tokenizer, rt.config.model_name)
+            plan = parse(body, rt.tokenizer, rt.config.model_name, limits=rt.config.limits)
             if isinstance(body, dict) and body.get("model") not in (None, rt.config.model_name):
                 raise ValidationError(
                     f"The model `{body.get('model')}` does not exist (this server has "
@@ -224,7 +224,9 @@ class App:
         rt = self.runtime
         try:
             body = await _read_json(receive)
-            plan = api.parse_generate(body, rt.tokenizer, rt.config.model_name)
+            plan = api.parse_generate(
+                body, rt.tokenizer, rt.config.model_name, limits=rt.config.limits
+            )
             subs = rt.submit(plan)
         except ClientDisconnected:
             return
