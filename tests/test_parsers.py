@@ -1,0 +1,318 @@
+"""Reasoning and tool-call parsers: known outputs parse as expected, and streaming (any split of
+the text, and the pieces a real tokenizer's decode stream yields) gives exactly the whole parse."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from tokenwire import DecodeStream
+from tokenwire.parsers import (
+    REASONING_PARSERS,
+    TOOL_CALL_PARSERS,
+    ReasoningDelta,
+    ToolCall,
+    merge_tool_deltas,
+    prompt_opens_reasoning,
+)
+from tokenwire.parsers.markers import find_marker, safe_length
+
+from conftest import examples, real_tokenizer
+
+W = '{"city": "巴黎 🌧", "days": [1, 2], "note": "a \\"}\\" b"}'
+
+#: parser -> [(output text, expected content, expected [(name, arguments)])]
+TOOL_CASES: dict[str, list[tuple[str, str, list[tuple[str, str]]]]] = {
+    "hermes": [
+        (
+            f'Let me look 🔍.\n\n<tool_call>\n{{"name": "get_weather", "arguments": {W}}}\n'
+            '</tool_call>\n<tool_call>\n{"name": "now", "arguments": {}}\n</tool_call>',
+            "Let me look 🔍.\n\n",
+            [("get_weather", W), ("now", "{}")],
+        ),
+        (
+            '<tool_call>{"arguments": {"x": 1}, "name": "late"}</tool_call> then text',
+            "then text",
+            [("late", '{"x": 1}')],
+        ),
+        ("<tool_call>not json</tool_call> ok", "<tool_call>not json</tool_call>ok", []),
+        (
+            "no calls at all: <tool_ and </tool_call>",
+            "no calls at all: <tool_ and </tool_call>",
+            [],
+        ),
+        ('<tool_call>{"name": "cut", "arguments": {"a": [1,', "", [("cut", '{"a": [1,')]),
+    ],
+    "llama3_json": [
+        (
+            f'{{"name": "get_weather", "parameters": {W}}}; {{"name": "now", "parameters": {{}}}}',
+            "",
+            [("get_weather", W), ("now", "{}")],
+        ),
+        ('<|python_tag|>{"name": "f", "parameters": {"q": "é"}}', "", [("f", '{"q": "é"}')]),
+        ('The answer is {"a": 1}', 'The answer is {"a": 1}', []),
+        ('  {"a": 1} is JSON', '  {"a": 1} is JSON', []),
+    ],
+    "mistral": [
+        (
+            f'Sure. [TOOL_CALLS][{{"name": "get_weather", "arguments": {W}}}, '
+            '{"name": "now", "arguments": {}}]',
+            "Sure. ",
+            [("get_weather", W), ("now", "{}")],
+        ),
+        (
+            f"[TOOL_CALLS]get_weather[ARGS]{W}[TOOL_CALLS]now[ARGS]{{}}",
+            "",
+            [("get_weather", W), ("now", "{}")],
+        ),
+        ("[TOOL_CALLS] not a call", "[TOOL_CALLS] not a call", []),
+    ],
+    "pythonic": [
+        (
+            '[get_weather(city="巴黎", days=[1, 2]), now()]',
+            "",
+            [("get_weather", '{"city": "巴黎", "days": [1, 2]}'), ("now", "{}")],
+        ),
+        ('<|python_start|>[f(a="])")]<|python_end|>', "", [("f", '{"a": "])"}')]),
+        ("[1] is a footnote", "[1] is a footnote", []),
+        ("Plain answer.", "Plain answer.", []),
+    ],
+    "deepseek_v3": [
+        (
+            "Checking.<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>function<｜tool▁sep｜>get_weather\n"
+            f"```json\n{W}\n```<｜tool▁call▁end｜>\n<｜tool▁call▁begin｜>function<｜tool▁sep｜>now\n"
+            "```json\n{}\n```<｜tool▁call▁end｜><｜tool▁calls▁end｜>",
+            "Checking.",
+            [("get_weather", W), ("now", "{}")],
+        ),
+        (
+            f"<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>get_weather<｜tool▁sep｜>{W}"
+            "<｜tool▁call▁end｜><｜tool▁calls▁end｜>",
+            "",
+            [("get_weather", W)],
+        ),
+    ],
+}
+TOOL_PARAMS = [
+    pytest.param(name, k, id=f"{name}-{k}")
+    for name, cases in TOOL_CASES.items()
+    for k in range(len(cases))
+]
+
+
+def _ids(index: int) -> str:
+    return f"call{index}"
+
+
+def _stream_tools(name: str, pieces: list[str]) -> tuple[str, list[ToolCall]]:
+    parser = TOOL_CALL_PARSERS[name](make_id=_ids)
+    deltas = [parser.feed(p) for p in pieces] + [parser.finish()]
+    for d in deltas:
+        for c in d.calls:  # OpenAI's shape: id and name only on a call's first delta
+            assert (c.id is None) == (c.name is None)
+    content = "".join(d.content for d in deltas)
+    return content, merge_tool_deltas(c for d in deltas for c in d.calls)
+
+
+def _splits(text: str, cuts: list[int]) -> list[str]:
+    points = sorted({c % (len(text) + 1) for c in cuts})
+    return [text[a:b] for a, b in zip([0, *points], [*points, len(text)])]
+
+
+@pytest.mark.parametrize(("name", "k"), TOOL_PARAMS)
+def test_tool_parser_whole(name: str, k: int) -> None:
+    text, content, calls = TOOL_CASES[name][k]
+    got_content, got_calls = TOOL_CALL_PARSERS[name](make_id=_ids).parse(text)
+    assert got_content == content
+    assert [(c.name, c.arguments) for c in got_calls] == calls
+    assert [c.id for c in got_calls] == [f"call{i}" for i in range(len(calls))]
+
+
+@pytest.mark.parametrize(("name", "k"), TOOL_PARAMS)
+def test_tool_parser_per_character(name: str, k: int) -> None:
+    text = TOOL_CASES[name][k][0]
+    assert _stream_tools(name, list(text)) == TOOL_CALL_PARSERS[name](make_id=_ids).parse(text)
+
+
+@pytest.mark.parametrize(("name", "k"), TOOL_PARAMS)
+@settings(max_examples=examples(40))
+@given(cuts=st.lists(st.integers(min_value=0, max_value=10_000), max_size=12))
+def test_tool_parser_any_split(name: str, k: int, cuts: list[int]) -> None:
+    text = TOOL_CASES[name][k][0]
+    whole = TOOL_CALL_PARSERS[name](make_id=_ids).parse(text)
+    assert _stream_tools(name, _splits(text, cuts)) == whole
+
+
+@pytest.mark.parametrize("name", list(TOOL_CALL_PARSERS))
+@settings(max_examples=examples(60))
+@given(
+    parts=st.lists(
+        st.sampled_from(
+            [
+                "<tool_call>",
+                "</tool_call>",
+                "[TOOL_CALLS]",
+                "[ARGS]",
+                "<|python_tag|>",
+                "<｜tool▁calls▁begin｜>",
+                "<｜tool▁call▁begin｜>",
+                "<｜tool▁sep｜>",
+                "<｜tool▁call▁end｜>",
+                "function",
+                "```json\n",
+                '{"name": "f", "arguments": ',
+                '{"a": "}"}',
+                "}",
+                "]",
+                "[",
+                "f(",
+                "x=1",
+                ")",
+                ";",
+                " ",
+                "\n",
+                "é",
+                "🌧",
+                '"',
+                "<",
+                "abc",
+            ]
+        ),
+        max_size=14,
+    ),
+    cuts=st.lists(st.integers(min_value=0, max_value=10_000), max_size=8),
+)
+def test_tool_parser_any_text_any_split(name: str, parts: list[str], cuts: list[int]) -> None:
+    """Whatever the text (markup fragments in any order) and its split, streaming == whole."""
+    text = "".join(parts)
+    whole = TOOL_CALL_PARSERS[name](make_id=_ids).parse(text)
+    assert _stream_tools(name, _splits(text, cuts)) == whole
+
+
+# ---- real tokenizers -----------------------------------------------------------------------------
+
+#: (tokenizer, parser, case index): outputs as a model with that tokenizer would write them.
+REAL_CASES = [
+    ("qwen3", "hermes", 0),
+    ("qwen3", "hermes", 1),
+    ("deepseek_v3", "deepseek_v3", 0),
+    ("deepseek_v3", "deepseek_v3", 1),
+    ("llama3", "llama3_json", 0),
+    ("llama3", "pythonic", 0),
+    ("gemma3", "hermes", 0),
+    ("llama2", "mistral", 1),
+]
+
+
+def _decode_pieces(tok_name: str, text: str, skip: bool = False) -> list[str]:
+    tok = real_tokenizer(tok_name)
+    ids = tok.encode(text, add_special_tokens=False)
+    stream = DecodeStream(tok, [], skip_special_tokens=skip)
+    pieces = [stream.push_token(i) for i in ids] + [stream.flush()]
+    assert "".join(pieces) == text  # the tokenizer round-trips the sample
+    return pieces
+
+
+@pytest.mark.parametrize(("tok_name", "name", "k"), REAL_CASES)
+def test_tool_parser_on_token_pieces(tok_name: str, name: str, k: int) -> None:
+    text = TOOL_CASES[name][k][0]
+    pieces = _decode_pieces(tok_name, text)
+    assert _stream_tools(name, pieces) == TOOL_CALL_PARSERS[name](make_id=_ids).parse(text)
+
+
+def test_samples_split_characters_across_tokens() -> None:
+    """The samples do exercise characters split across tokens (pieces that decode to nothing)."""
+    assert "" in _decode_pieces("qwen3", TOOL_CASES["hermes"][0][0])[:-1]
+    assert "" in _decode_pieces("llama2", TOOL_CASES["hermes"][0][0])[:-1]
+
+
+def test_markup_tokens_are_single_tokens_on_their_tokenizers() -> None:
+    """The markup the parsers look for is one token each where the model defines it so (the
+    parser still works on any split, but this is the case a server meets)."""
+    qwen = real_tokenizer("qwen3")
+    for tag in ("<tool_call>", "</tool_call>", "<think>", "</think>"):
+        assert len(qwen.encode(tag, add_special_tokens=False)) == 1
+    ds = real_tokenizer("deepseek_v3")
+    for tag in ("<｜tool▁calls▁begin｜>", "<｜tool▁call▁begin｜>", "<｜tool▁sep｜>"):
+        assert len(ds.encode(tag, add_special_tokens=False)) == 1
+
+
+# ---- reasoning -----------------------------------------------------------------------------------
+
+REASONING_CASES = [
+    # (parser, prompt opens thinking, output, reasoning, content)
+    (
+        "qwen3",
+        False,
+        "<think>\nLet me think 🤔.\n</think>\n\nThe answer.",
+        "\nLet me think 🤔.\n",
+        "\n\nThe answer.",
+    ),
+    ("qwen3", False, "The answer, no thinking.", "", "The answer, no thinking."),
+    ("qwen3", False, "<thin", "", "<thin"),
+    ("qwen3", True, "still thinking </think>answer", "still thinking ", "answer"),
+    ("qwen3", False, "<think>cut off by max_tokens", "cut off by max_tokens", ""),
+    ("qwen3", False, "Say </think> later", "", "Say </think> later"),
+    (
+        "deepseek_r1",
+        False,
+        "reasoning without an opening tag</think>answer",
+        "reasoning without an opening tag",
+        "answer",
+    ),
+    ("deepseek_r1", False, "<think>x</think>y</think>z", "x", "y</think>z"),
+    ("deepseek_r1", False, "never closed", "never closed", ""),
+]
+
+
+def _stream_reasoning(name: str, opens: bool, pieces: list[str]) -> tuple[str, str]:
+    parser = REASONING_PARSERS[name](prompt_in_reasoning=opens)
+    out = [parser.feed(p) for p in pieces] + [parser.finish()]
+    return "".join(d.reasoning for d in out), "".join(d.content for d in out)
+
+
+@pytest.mark.parametrize(("name", "opens", "text", "reasoning", "content"), REASONING_CASES)
+def test_reasoning_parser(name: str, opens: bool, text: str, reasoning: str, content: str) -> None:
+    whole = REASONING_PARSERS[name](prompt_in_reasoning=opens).parse(text)
+    assert whole == ReasoningDelta(reasoning, content)
+    assert _stream_reasoning(name, opens, list(text)) == (reasoning, content)
+
+
+@pytest.mark.parametrize(("name", "opens", "text", "reasoning", "content"), REASONING_CASES)
+@settings(max_examples=examples(30))
+@given(cuts=st.lists(st.integers(min_value=0, max_value=10_000), max_size=10))
+def test_reasoning_any_split(name, opens, text, reasoning, content, cuts) -> None:
+    assert _stream_reasoning(name, opens, _splits(text, cuts)) == (reasoning, content)
+
+
+@pytest.mark.parametrize("tok_name", ["qwen3", "deepseek_v3", "llama3"])
+def test_reasoning_on_token_pieces(tok_name: str) -> None:
+    text = "<think>\n考虑一下 🤔 the </thin k> case\n</think>\n\n答案是 42."
+    pieces = _decode_pieces(tok_name, text)
+    for name in REASONING_PARSERS:
+        assert _stream_reasoning(name, False, pieces) == _stream_reasoning(name, False, [text])
+
+
+def test_reasoning_end_offset() -> None:
+    parser = REASONING_PARSERS["qwen3"]()
+    parser.feed("<think>ab</th")
+    assert parser.reasoning_end is None and parser.in_reasoning
+    parser.feed("ink>cd")
+    assert parser.reasoning_end == len("<think>ab</think>") and not parser.in_reasoning
+
+
+def test_prompt_opens_reasoning() -> None:
+    cls = REASONING_PARSERS["qwen3"]
+    assert prompt_opens_reasoning("<|im_start|>assistant\n<think>\n", cls)
+    assert not prompt_opens_reasoning("<|im_start|>assistant\n<think>\n\n</think>\n\n", cls)
+    assert not prompt_opens_reasoning("<|im_start|>assistant\n", cls)
+
+
+def test_markers() -> None:
+    assert safe_length("abc</th", ["</think>"]) == 3
+    assert safe_length("abc", ["</think>"]) == 3
+    assert find_marker("a</think>b", ["</think>"]) == (1, "</think>")
+    # A longer marker that may still complete at the same place wins the wait.
+    assert find_marker("x<a", ["<a", "<ab"]) == (1, None)
+    assert find_marker("x<a", ["<a", "<ab"], final=True) == (1, "<a")
