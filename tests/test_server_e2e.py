@@ -234,7 +234,6 @@ def error_of(resp: httpx.Response) -> dict:
             "max_completion_tokens",
         ),
         ("/v1/completions", {"model": MODEL, "prompt": [1, 151936]}, 400, "prompt"),
-        ("/v1/completions", {"model": "other", "prompt": "x"}, 400, "model"),
         ("/v1/completions", {"model": MODEL, "prompt": "x", "bogus": 1}, 400, "bogus"),
         ("/generate", {"text": "x", "sampling_params": {"max_tokens": 3}}, 400, "max_tokens"),
         ("/generate", {"input_ids": [151936]}, 400, "input_ids"),
@@ -246,6 +245,33 @@ def test_error_shapes(echo, path, body, status, param):
     err = error_of(resp)
     assert err["param"] == param and err["code"] == status
     assert "max_new_tokens" not in err["message"] or path == "/generate"
+    assert not err["message"].startswith("validation failed")  # the kind is in "type"
+    assert err["type"] == "invalid_request_error"
+
+
+@pytest.mark.parametrize("path", ["/v1/completions", "/v1/chat/completions"])
+def test_unknown_model_is_openais_404(echo, path):
+    body = {"model": "gpt-4o", "prompt": "x", "messages": [{"role": "user", "content": "x"}]}
+    resp = httpx.post(echo.url + path, json=body)
+    assert resp.status_code == 404
+    assert error_of(resp) == {
+        "message": f"The model `gpt-4o` does not exist (this server serves `{MODEL}`).",
+        "type": "invalid_request_error",
+        "param": "model",
+        "code": "model_not_found",
+    }
+    with pytest.raises(openai.NotFoundError):
+        echo.client.completions.create(model="gpt-4o", prompt="x", max_tokens=1)
+
+
+def test_model_route(echo):
+    card = echo.client.models.retrieve(MODEL)
+    assert card.id == MODEL and card.object == "model"
+    assert httpx.get(f"{echo.url}/v1/models/{MODEL}").json()["max_model_len"] == 40960
+    with pytest.raises(openai.NotFoundError):
+        echo.client.models.retrieve("Qwen/Qwen3-0.6B")  # a hub id with a slash
+    resp = httpx.get(echo.url + "/v1/models/Qwen/Qwen3-0.6B")
+    assert resp.status_code == 404 and error_of(resp)["code"] == "model_not_found"
 
 
 def test_invalid_json_and_openai_client_error(echo):

@@ -10,6 +10,7 @@ __all__ = [
     "CodecError",
     "DecodeError",
     "InternalError",
+    "ModelNotFoundError",
     "OverloadedError",
     "QueueFullError",
     "TokenizeError",
@@ -26,6 +27,9 @@ class TokenwireError(Exception):
     status: ClassVar[int] = 500
     prefix: ClassVar[str] = "error"
     error_type: ClassVar[str] = "internal_error"
+    #: OpenAI's error ``code`` when it has a word for the error (``model_not_found``); None: the
+    #: HTTP status is the code.
+    code: ClassVar[str | None] = None
 
     def __init__(self, detail: str, *, param: str | None = None) -> None:
         super().__init__(detail)
@@ -51,6 +55,15 @@ class ValidationError(TokenwireError):
     status = 400
     prefix = "validation failed"
     error_type = "invalid_request_error"
+
+
+class ModelNotFoundError(TokenwireError):
+    """The request names a model this server does not serve (404, OpenAI's ``model_not_found``)."""
+
+    status = 404
+    prefix = "model not found"
+    error_type = "invalid_request_error"
+    code = "model_not_found"
 
 
 class TokenizeError(TokenwireError):

@@ -16,7 +16,7 @@ from typing import Any
 
 import msgspec
 
-from tokenwire.messages.errors import TokenwireError, ValidationError
+from tokenwire.messages.errors import ModelNotFoundError, TokenwireError, ValidationError
 from tokenwire.messages.finish_reason import FinishReason
 from tokenwire.messages.sampling import DEFAULT_MAX_STOP_STR_LEN, SamplingParams
 from tokenwire.server.chat import normalize_messages, render_chat, template_roles
@@ -29,6 +29,7 @@ __all__ = [
     "parse_chat",
     "parse_generate",
     "error_body",
+    "check_model",
     "DEFAULT_COMPLETION_MAX_TOKENS",
 ]
 
@@ -114,6 +115,18 @@ _DEFAULT_ONLY = {
     "stream_options": None,  # checked on its own
 }
 _INFORMATIONAL = {"user", "model", "metadata", "store"}
+
+
+def check_model(requested: Any, served: str) -> None:
+    """``model`` must name the served model (absent or null means it); anything else is OpenAI's
+    404 ``model_not_found``."""
+    if requested is None or requested == served:
+        return
+    if not isinstance(requested, str):
+        raise ValidationError(f"model must be a string, got {requested!r}", param="model")
+    raise ModelNotFoundError(
+        f"The model `{requested}` does not exist (this server serves `{served}`).", param="model"
+    )
 
 
 def _check_keys(body: Mapping[str, Any], allowed: set[str]) -> None:
@@ -289,6 +302,7 @@ def parse_completion(
     """``/v1/completions``."""
     if not isinstance(body, dict):
         raise ValidationError("the request body must be a JSON object", param=None)
+    check_model(body.get("model"), model)
     _check_keys(body, _COMPLETION_KEYS)
     _check_defaults(body)
     if "prompt" not in body:
@@ -307,6 +321,7 @@ def parse_chat(
     """``/v1/chat/completions``: the conversation rendered with the tokenizer's template."""
     if not isinstance(body, dict):
         raise ValidationError("the request body must be a JSON object", param=None)
+    check_model(body.get("model"), model)
     _check_keys(body, _CHAT_KEYS)
     _check_defaults(body)
     if "messages" not in body:
@@ -435,13 +450,14 @@ def _check_choices(count: int) -> None:
 
 
 def error_body(err: TokenwireError) -> dict[str, Any]:
-    """OpenAI's error shape."""
+    """OpenAI's error shape. A client's error (4xx) reads as its bare detail, its kind in
+    ``type``; a server error keeps its kind in the message too (where it failed)."""
     return {
         "error": {
-            "message": str(err),
+            "message": err.detail if err.status < 500 else str(err),
             "type": err.error_type,
             "param": err.param,
-            "code": err.status,
+            "code": err.code if err.code is not None else err.status,
         }
     }
 

@@ -160,6 +160,8 @@ class App:
             handler = self._routes.get((scope["method"], scope["path"]))
             if handler is not None:
                 await handler(receive, send)
+            elif scope["method"] == "GET" and scope["path"].startswith("/v1/models/"):
+                await self._model(scope["path"][len("/v1/models/") :], send)
             elif any(path == scope["path"] for _, path in self._routes):
                 await self._error(send, _NotFound("method not allowed", 405), "other")
             else:
@@ -201,12 +203,6 @@ class App:
             body = await _read_json(receive)
             parse = api.parse_chat if route == "chat" else api.parse_completion
             plan = parse(body, rt.tokenizer, rt.config.model_name, limits=rt.config.limits)
-            if isinstance(body, dict) and body.get("model") not in (None, rt.config.model_name):
-                raise ValidationError(
-                    f"The model `{body.get('model')}` does not exist (this server has "
-                    f"`{rt.config.model_name}`)",
-                    param="model",
-                )
             subs = rt.submit(plan)
         except ClientDisconnected:
             return
@@ -307,21 +303,29 @@ class App:
 
     # ---- the rest --------------------------------------------------------------------------------
 
-    async def _models(self, receive: Any, send: Any) -> None:
+    def _model_card(self) -> dict[str, Any]:
         rt = self.runtime
-        body = {
-            "object": "list",
-            "data": [
-                {
-                    "id": rt.config.model_name,
-                    "object": "model",
-                    "created": 0,
-                    "owned_by": "tokenwire",
-                    "max_model_len": rt.tokenizer.max_model_len,
-                }
-            ],
+        return {
+            "id": rt.config.model_name,
+            "object": "model",
+            "created": 0,
+            "owned_by": "tokenwire",
+            "root": rt.config.model_name,
+            "parent": None,
+            "max_model_len": rt.tokenizer.max_model_len,
         }
-        await _respond(send, 200, api.encode(body))
+
+    async def _models(self, receive: Any, send: Any) -> None:
+        await _respond(send, 200, api.encode({"object": "list", "data": [self._model_card()]}))
+
+    async def _model(self, model_id: str, send: Any) -> None:
+        """``GET /v1/models/{id}``: the model's card, or OpenAI's 404 ``model_not_found``."""
+        try:
+            api.check_model(model_id, self.runtime.config.model_name)
+        except TokenwireError as err:
+            await self._error(send, err, "models")
+            return
+        await _respond(send, 200, api.encode(self._model_card()))
 
     async def _health(self, receive: Any, send: Any) -> None:
         if self.runtime.engine.alive:
