@@ -12,11 +12,26 @@ __all__ = [
     "InternalError",
     "ModelNotFoundError",
     "OverloadedError",
+    "PayloadTooLargeError",
     "QueueFullError",
+    "RequestTimeoutError",
     "TokenizeError",
     "TokenwireError",
+    "UnauthorizedError",
+    "UnsupportedMediaTypeError",
     "ValidationError",
+    "quote",
 ]
+
+#: Most characters of client input an error message quotes.
+QUOTE_LIMIT = 80
+
+
+def quote(value: object, limit: int = QUOTE_LIMIT) -> str:
+    """``repr(value)``, cut to ``limit`` characters: error messages never echo a client's input
+    at length."""
+    text = repr(value)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 class TokenwireError(Exception):
@@ -120,3 +135,35 @@ class ClientDisconnected(TokenwireError):
     status = 499
     prefix = "client disconnected"
     error_type = "client_closed_request"
+
+
+class PayloadTooLargeError(TokenwireError):
+    """The request body is over the server's size limit (413)."""
+
+    status = 413
+    prefix = "request too large"
+    error_type = "invalid_request_error"
+
+
+class RequestTimeoutError(TokenwireError):
+    """The client did not send its request in time (408)."""
+
+    status = 408
+    prefix = "request timeout"
+    error_type = "invalid_request_error"
+
+
+class UnauthorizedError(TokenwireError):
+    """A missing or wrong API key (401)."""
+
+    status = 401
+    prefix = "unauthorized"
+    error_type = "invalid_request_error"
+
+
+class UnsupportedMediaTypeError(TokenwireError):
+    """A request body of a content type the server does not take (415)."""
+
+    status = 415
+    prefix = "unsupported media type"
+    error_type = "invalid_request_error"

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 import msgspec
 
-from tokenwire.messages.errors import CodecError, ValidationError
+from tokenwire.messages.errors import CodecError, ValidationError, quote
 from tokenwire.messages.regex import StopRegex, admit_stop_regex
 
 if TYPE_CHECKING:
@@ -46,6 +46,8 @@ MAX_STOP_REGEX_COUNT = 32
 MAX_STOP_REGEX_LEN = 256
 #: Temperatures in ``[0, SAMPLING_EPS)`` mean greedy decoding.
 SAMPLING_EPS = 1e-6
+#: The largest ``logit_bias`` magnitude (OpenAI's range, which vLLM clamps to).
+LOGIT_BIAS_LIMIT = 100
 
 _GRAMMARS = ("json_schema", "regex", "ebnf", "structural_tag")
 
@@ -261,9 +263,12 @@ class SamplingParams:
                 )
         for key in self.logit_bias or {}:
             if not (isinstance(key, str) and key.isascii() and key.isdecimal()):
-                fail("logit_bias", f"keys must be decimal token ids, got {key!r}")
-            if not int(key) < vocab_size:
-                fail("logit_bias", f"keys must be token ids in [0, {vocab_size - 1}], got {key}")
+                fail("logit_bias", f"keys must be decimal token ids, got {quote(key)}")
+            if len(key) > 20 or not int(key) < vocab_size:
+                fail(
+                    "logit_bias",
+                    f"keys must be token ids in [0, {vocab_size - 1}], got {quote(key)}",
+                )
         if sum(getattr(self, g) is not None for g in _GRAMMARS) > 1:
             given = ", ".join(nm(g) for g in _GRAMMARS if getattr(self, g) is not None)
             raise ValidationError(
@@ -353,7 +358,10 @@ def _coerce(key: str, value: Any, nm: _Names) -> Any:
     if key in _FLOAT_FIELDS:
         if not _is_number(value):
             raise bad("a number")
-        return float(value)
+        try:
+            return float(value)
+        except OverflowError:
+            raise bad("a finite number") from None
     if key in _INT_FIELDS:
         if not _is_int(value):
             raise bad("a (64-bit) integer")
@@ -383,9 +391,11 @@ def _coerce(key: str, value: Any, nm: _Names) -> Any:
         if not isinstance(value, dict):
             raise bad("an object mapping token ids to biases")
         for k, v in value.items():
-            if not _is_number(v) or not math.isfinite(v):
+            if not _is_number(v) or not -LOGIT_BIAS_LIMIT <= v <= LOGIT_BIAS_LIMIT:
                 raise ValidationError(
-                    f"{nm(key)}[{k!r}] must be a finite number, got {v!r}", param=nm(key)
+                    f"{nm(key)}[{quote(k)}] must be a number in [-{LOGIT_BIAS_LIMIT}, "
+                    f"{LOGIT_BIAS_LIMIT}], got {quote(v)}",
+                    param=nm(key),
                 )
         return {str(k): float(v) for k, v in value.items()}
     if key == "custom_params":

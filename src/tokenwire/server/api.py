@@ -16,10 +16,10 @@ from typing import Any
 
 import msgspec
 
-from tokenwire.messages.errors import ModelNotFoundError, TokenwireError, ValidationError
+from tokenwire.messages.errors import ModelNotFoundError, TokenwireError, ValidationError, quote
 from tokenwire.messages.finish_reason import FinishReason
 from tokenwire.messages.sampling import DEFAULT_MAX_STOP_STR_LEN, SamplingParams
-from tokenwire.server.chat import normalize_messages, render_chat, template_roles
+from tokenwire.server.chat import check_tools, normalize_messages, render_chat, template_roles
 from tokenwire.tokenizer import Tokenizer
 
 __all__ = [
@@ -341,8 +341,8 @@ def parse_chat(
             "chat_template_kwargs must be an object", param="chat_template_kwargs"
         )
     tools = body.get("tools")
-    if tools is not None and not isinstance(tools, list):
-        raise ValidationError("tools must be a list", param="tools")
+    if tools is not None:
+        check_tools(tools)
     text = render_chat(
         tok.chat_template,
         messages,
@@ -392,8 +392,19 @@ def parse_generate(
     field_name = "text" if has_text else "input_ids"
     value = body[field_name]
     batch = isinstance(value, list) and (has_text or (value and isinstance(value[0], list)))
-    if has_text and isinstance(value, list) and not all(isinstance(t, str) for t in value):
+    if has_text and not (
+        isinstance(value, str)
+        or (isinstance(value, list) and all(isinstance(t, str) for t in value))
+    ):
         raise ValidationError("text must be a string or a list of strings", param="text")
+    if has_ids and not (
+        isinstance(value, list)
+        and (all(_is_int(v) for v in value) or all(isinstance(v, list) for v in value))
+    ):
+        raise ValidationError(
+            "input_ids must be a list of token ids or a list of such lists", param="input_ids"
+        )
+    _check_logprob_fields(body)
     prompts = _prompt_ids(value, tok, field_name, add_special=True)
     _check_choices(len(prompts))
     stream = body.get("stream", False)
@@ -437,6 +448,26 @@ def parse_generate(
             )
         rids = rid_list
     return Plan("generate", prompts, params, 1, stream, False, model, rids=rids, batch=bool(batch))
+
+
+def _check_logprob_fields(body: Mapping[str, Any]) -> None:
+    """SGLang's logprob options: type-checked, and refused past their defaults (this server does
+    not return logprobs, so asking for them is an error rather than silently ignored)."""
+    for key, default in (("logprob_start_len", -1), ("top_logprobs_num", 0)):
+        value = body.get(key)
+        if value is None:
+            continue
+        if not _is_int(value):
+            raise ValidationError(f"{key} must be an integer, got {quote(value)}", param=key)
+        if value != default:
+            raise ValidationError(
+                f"{key}={value} is not supported by this server (no logprobs)", param=key
+            )
+    value = body.get("return_text_in_logprobs")
+    if value is not None and not isinstance(value, bool):
+        raise ValidationError(
+            "return_text_in_logprobs must be a boolean", param="return_text_in_logprobs"
+        )
 
 
 def _check_choices(count: int) -> None:

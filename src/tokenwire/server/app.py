@@ -31,6 +31,7 @@ from tokenwire.messages.errors import (
 )
 from tokenwire.runtime import Runtime, ServerConfig
 from tokenwire.server import api
+from tokenwire.server.guard import guarded
 from tokenwire.server.metrics import Metrics
 from tokenwire.tokenizer import Tokenizer
 
@@ -128,6 +129,7 @@ async def _read_body(receive: Any) -> bytes:
 
 
 async def _respond(send: Any, status: int, body: bytes, headers: list = _JSON) -> None:
+    headers = [*headers, (b"content-length", str(len(body)).encode())]
     await send({"type": "http.response.start", "status": status, "headers": headers})
     await send({"type": "http.response.body", "body": body, "more_body": False})
 
@@ -157,17 +159,26 @@ class App:
     async def __call__(self, scope: dict, receive: Any, send: Any) -> None:
         kind = scope["type"]
         if kind == "http":
-            handler = self._routes.get((scope["method"], scope["path"]))
-            if handler is not None:
-                await handler(receive, send)
-            elif scope["method"] == "GET" and scope["path"].startswith("/v1/models/"):
-                await self._model(scope["path"][len("/v1/models/") :], send)
-            elif any(path == scope["path"] for _, path in self._routes):
-                await self._error(send, _NotFound("method not allowed", 405), "other")
-            else:
-                await self._error(send, _NotFound(f"no route {scope['path']}", 404), "other")
+            await guarded(self._dispatch, scope, receive, send, self._on_unhandled(scope))
         elif kind == "lifespan":
             await self._lifespan(receive, send)
+
+    async def _dispatch(self, scope: dict, receive: Any, send: Any) -> None:
+        handler = self._routes.get((scope["method"], scope["path"]))
+        if handler is not None:
+            await handler(receive, send)
+        elif scope["method"] == "GET" and scope["path"].startswith("/v1/models/"):
+            await self._model(scope["path"][len("/v1/models/") :], send)
+        elif any(path == scope["path"] for _, path in self._routes):
+            await self._error(send, _NotFound("method not allowed", 405), "other")
+        else:
+            await self._error(send, _NotFound(f"no route {scope['path']}", 404), "other")
+
+    def _on_unhandled(self, scope: dict) -> Any:
+        def count(err: TokenwireError) -> None:
+            self.runtime.metrics.requests.labels(_route_of(scope["path"]), str(err.status)).inc()
+
+        return count
 
     async def _lifespan(self, receive: Any, send: Any) -> None:
         while True:
@@ -347,12 +358,21 @@ class _NotFound(TokenwireError):
         self.status = status  # type: ignore[misc]
 
 
+_ROUTE_NAMES = {"/v1/completions": "completion", "/v1/chat/completions": "chat"}
+
+
+def _route_of(path: str) -> str:
+    return _ROUTE_NAMES.get(path) or path.strip("/").replace("/", "_") or "other"
+
+
 async def _read_json(receive: Any) -> Any:
     body = await _read_body(receive)
     try:
         return _decode_json.decode(body)
     except msgspec.DecodeError as exc:
         raise ValidationError(f"the request body is not valid JSON: {exc}", param=None) from None
+    except RecursionError:
+        raise ValidationError("the request body is nested too deeply", param=None) from None
 
 
 def create_app(tokenizer: Tokenizer, engine: Engine, config: ServerConfig | None = None) -> App:

@@ -18,7 +18,7 @@ from jinja2.sandbox import ImmutableSandboxedEnvironment
 
 from tokenwire.messages.errors import ValidationError
 
-__all__ = ["render_chat", "normalize_messages", "template_roles"]
+__all__ = ["render_chat", "normalize_messages", "template_roles", "check_tools"]
 
 _ROLES = {"system", "user", "assistant", "tool", "developer", "function"}
 
@@ -83,8 +83,7 @@ def _content_text(content: Any, where: str) -> str | None:
 def _tool_calls(calls: Any, where: str) -> list[dict[str, Any]]:
     """An assistant message's ``tool_calls`` as chat templates expect them: ``arguments`` as an
     object (OpenAI clients send a JSON string), left a string when it is not JSON."""
-    if not isinstance(calls, list):
-        raise ValidationError(f"{where}.tool_calls must be a list", param="messages")
+    _check_tool_calls(calls, f"{where}.tool_calls")
     out = []
     for k, call in enumerate(calls):
         if not isinstance(call, dict):
@@ -123,6 +122,9 @@ def normalize_messages(messages: Any, *, roles: frozenset[str] | None = None) ->
                 f"{where}.role must be one of {', '.join(sorted(_ROLES))}, got {role!r}",
                 param="messages",
             )
+        for key in ("name", "tool_call_id"):
+            if msg.get(key) is not None and not isinstance(msg[key], str):
+                raise ValidationError(f"{where}.{key} must be a string", param="messages")
         content = _content_text(msg.get("content"), where)
         norm = {k: v for k, v in msg.items() if v is not None}
         if role == "assistant":
@@ -148,6 +150,44 @@ def template_roles(template: str | None) -> frozenset[str]:
     return frozenset(r for r in _ROLES if template and r in template)
 
 
+def _check_tool_calls(calls: Any, where: str) -> None:
+    """OpenAI's shape: a list of ``{"type": "function", "function": {"name", "arguments"}}``."""
+    if not isinstance(calls, list):
+        raise ValidationError(f"{where} must be a list", param="messages")
+    for k, call in enumerate(calls):
+        at = f"{where}[{k}]"
+        if not isinstance(call, dict):
+            raise ValidationError(f"{at} must be an object", param="messages")
+        if call.get("type", "function") != "function":
+            raise ValidationError(f"{at}.type must be 'function'", param="messages")
+        if call.get("id") is not None and not isinstance(call["id"], str):
+            raise ValidationError(f"{at}.id must be a string", param="messages")
+        fn = call.get("function")
+        if not isinstance(fn, dict):
+            raise ValidationError(f"{at}.function must be an object", param="messages")
+        if not isinstance(fn.get("name"), str):
+            raise ValidationError(f"{at}.function.name must be a string", param="messages")
+        if fn.get("arguments") is not None and not isinstance(fn["arguments"], (str, dict)):
+            raise ValidationError(
+                f"{at}.function.arguments must be a string (or an object)", param="messages"
+            )
+
+
+def check_tools(tools: Any) -> None:
+    """The ``tools`` field: a list of ``{"type": "function", "function": {"name", ...}}``."""
+    if not isinstance(tools, list):
+        raise ValidationError("tools must be a list", param="tools")
+    for k, tool in enumerate(tools):
+        at = f"tools[{k}]"
+        if not isinstance(tool, dict):
+            raise ValidationError(f"{at} must be an object", param="tools")
+        if tool.get("type", "function") != "function":
+            raise ValidationError(f"{at}.type must be 'function'", param="tools")
+        fn = tool.get("function")
+        if not isinstance(fn, dict) or not isinstance(fn.get("name"), str):
+            raise ValidationError(f"{at}.function must be an object with a name", param="tools")
+
+
 def render_chat(
     template: str | None,
     messages: list[dict[str, Any]],
@@ -164,7 +204,10 @@ def render_chat(
         raise ValidationError(
             "this model's tokenizer has no chat template: use /v1/completions", param="messages"
         )
+    compiled = _compile(template)
+    # The variables set here and the template's globals (``namespace``, ``strftime_now``...).
     reserved = {"messages", "add_generation_prompt", "tools", "bos_token", "eos_token"}
+    reserved |= compiled.environment.globals.keys()
     kwargs = dict(extra or {})
     clash = reserved & kwargs.keys()
     if clash:
@@ -172,7 +215,7 @@ def render_chat(
             f"chat_template_kwargs may not set {sorted(clash)[0]!r}", param="chat_template_kwargs"
         )
     try:
-        return _compile(template).render(
+        return compiled.render(
             messages=messages,
             add_generation_prompt=add_generation_prompt,
             tools=tools,

@@ -1,0 +1,80 @@
+"""The last line of defence around every HTTP handler: an exception that escapes one never reaches
+the client as a bare 500 or a cut stream.
+
+Before the response has started the client gets a 500 in OpenAI's JSON shape with a generic message
+(the details go to the log only); a server-sent-event stream that fails mid-way ends with an error
+event and ``[DONE]``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from tokenwire.messages.errors import InternalError, TokenwireError
+from tokenwire.server import api
+
+__all__ = ["guarded", "json_response", "GENERIC_ERROR"]
+
+log = logging.getLogger("tokenwire.server")
+
+#: What the client is told when a handler fails in a way nobody planned for.
+GENERIC_ERROR = "the server failed to handle this request (the details are in its log)"
+
+Handler = Callable[[dict, Any, Any], Awaitable[None]]
+
+
+def json_response(status: int, body: bytes, extra: list | None = None) -> list[dict]:
+    """The two ASGI messages of a complete JSON response, with ``Content-Length``."""
+    headers = [
+        (b"content-type", b"application/json"),
+        (b"content-length", str(len(body)).encode()),
+        *(extra or []),
+    ]
+    return [
+        {"type": "http.response.start", "status": status, "headers": headers},
+        {"type": "http.response.body", "body": body, "more_body": False},
+    ]
+
+
+async def guarded(
+    handler: Handler,
+    scope: dict,
+    receive: Any,
+    send: Any,
+    on_error: Callable[[TokenwireError], None] | None = None,
+) -> None:
+    """Run ``handler``; should it raise, answer the client as well as the response so far allows
+    (``on_error`` hears of it, for metrics)."""
+    started = sse = done = False
+
+    async def tracked(message: dict) -> None:
+        nonlocal started, sse, done
+        if message["type"] == "http.response.start":
+            started = True
+            sse = any(
+                k.lower() == b"content-type" and v.startswith(b"text/event-stream")
+                for k, v in message.get("headers", ())
+            )
+        elif message["type"] == "http.response.body" and not message.get("more_body", False):
+            done = True
+        await send(message)
+
+    try:
+        await handler(scope, receive, tracked)
+    except Exception:
+        log.exception("%s %s failed", scope.get("method"), scope.get("path"))
+        if done:
+            return
+        err = InternalError(GENERIC_ERROR)
+        if on_error is not None:
+            on_error(err)
+        with contextlib.suppress(Exception):
+            if not started:
+                for message in json_response(err.status, api.encode(api.error_body(err))):
+                    await send(message)
+            else:
+                tail = api.sse(api.error_body(err)) + api.SSE_DONE if sse else b""
+                await send({"type": "http.response.body", "body": tail, "more_body": False})
