@@ -165,7 +165,7 @@ def _check_tool_calls(calls: Any, where: str) -> None:
         fn = call.get("function")
         if not isinstance(fn, dict):
             raise ValidationError(f"{at}.function must be an object", param="messages")
-        if not isinstance(fn.get("name"), str):
+        if fn.get("name") is not None and not isinstance(fn["name"], str):
             raise ValidationError(f"{at}.function.name must be a string", param="messages")
         if fn.get("arguments") is not None and not isinstance(fn["arguments"], (str, dict)):
             raise ValidationError(
