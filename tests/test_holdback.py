@@ -7,12 +7,12 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from test_shard import run_text
 from tokenwire import SamplingParams, ValidationError
 from tokenwire.holdback import HoldBack, prefix_function
 from tokenwire.messages.sampling import DEFAULT_MAX_STOP_STR_LEN
 
 from conftest import examples
+from test_shard import run_text
 
 
 def brute_held(text: str, stops: list[str]) -> str:
@@ -98,9 +98,10 @@ def _tok():
 def test_a_huge_stop_string_is_a_400_and_the_server_lives_on():
     import httpx
 
-    from test_server_e2e import MODEL, serve
     from tokenwire.engine.synthetic import SyntheticConfig
     from tokenwire.server.api import RequestLimits
+
+    from test_server_e2e import MODEL, serve
 
     with serve(SyntheticConfig(output="echo"), limits=RequestLimits(max_stop_str_len=64)) as srv:
         for path, body in (

@@ -18,7 +18,7 @@ import logging
 import time
 from dataclasses import dataclass
 
-from tokenwire.engine import Engine, EngineRequest
+from tokenwire.engine import Engine, EngineRequest, supports_stop_token_sequences
 from tokenwire.messages.egress import EgressSink
 from tokenwire.messages.errors import (
     InternalError,
@@ -167,7 +167,10 @@ class Runtime:
                     sink = EgressSink(self.config.sink_capacity)
                     self.shard.register(rid, sink, self.tokenizer, prompt, params)
                     out.append((rid, p, sink))
-                    self.engine.submit(EngineRequest(rid, prompt, params, plan.stream))
+                    engine_params = params.for_engine(
+                        stop_token_sequences=supports_stop_token_sequences(self.engine)
+                    )
+                    self.engine.submit(EngineRequest(rid, prompt, engine_params, plan.stream))
         except BaseException:
             for rid, _, sink in out:
                 self.abort(rid, sink)

@@ -4,7 +4,10 @@ For every decode step the engine sends one batch frame. The shard detokenizes ev
 tokens together (``DecodeBatch``), then, per request and per token in order:
 
 1. A token-level stop (EOS, ``stop_token_ids``: the engine's ``stop`` finish with a token
-   ``matched``) is not emitted as text unless ``no_stop_trim``; it still counts as a token.
+   ``matched``) is not emitted as text unless ``no_stop_trim``; it still counts as a token. A stop
+   token *sequence* (a list in ``stop_token_ids``) is matched here too, for engines that do not
+   match sequences: the text of the tokens that may begin one is held back, and a matched
+   sequence's whole text is dropped unless ``no_stop_trim`` (its ids still count and are sent).
 2. Its text comes from the request's decode stream; an id the tokenizer cannot map ends only this
    request (``Error`` item, engine abort).
 3. Past ``min_new_tokens``, stop strings: the earliest-completing match that includes new text wins
@@ -42,7 +45,7 @@ from tokenwire.messages.errors import (
 from tokenwire.messages.finish_reason import FinishReason
 from tokenwire.messages.frames import MALFORMED_FRAME, Decoded
 from tokenwire.messages.regex import UNBOUNDED
-from tokenwire.messages.sampling import SamplingParams
+from tokenwire.messages.sampling import MAX_STOP_TOKEN_SEQUENCE_LEN, SamplingParams
 
 if TYPE_CHECKING:
     from tokenwire.tokenizer import Tokenizer
@@ -67,6 +70,10 @@ class _Req:
         "rid",
         "rtail",
         "rtail_keep",
+        "seq_ids",
+        "seq_lens",
+        "seq_text",
+        "seqs",
         "sid",
         "sink",
         "slot",
@@ -102,6 +109,12 @@ class _Req:
         keep = max((r.max_len for r in self.regexes), default=0)
         self.rtail_keep = None if keep >= UNBOUNDED else max(keep - 1, 0)
         self.rtail = ""  # recent text, for regexes whose matches start in delivered text
+        # Stop token sequences: the recent ids and their texts' lengths, and the text held back
+        # while the recent ids may begin a sequence.
+        self.seqs = params.stop_token_sequences
+        self.seq_ids: list[int] = []
+        self.seq_lens: list[int] = []
+        self.seq_text = ""
 
     @property
     def held(self) -> str:
@@ -116,7 +129,37 @@ class _Req:
     @property
     def mode(self) -> int:
         """How the next token is handled: 0 as is, 1 with held text, 2 the exact path."""
-        return 2 if self.regexes else 1 if self.held else 0
+        return 2 if self.regexes or self.seqs else 1 if self.held else 0
+
+    def push_token(self, tid: int, chars: int, may_stop: bool) -> list[int] | None:
+        """Record a generated token (and its text's length); return the first stop token sequence
+        it completes, if it may stop the request."""
+        ids = self.seq_ids
+        ids.append(tid)
+        self.seq_lens.append(chars)
+        if len(ids) > MAX_STOP_TOKEN_SEQUENCE_LEN:
+            del ids[0], self.seq_lens[0]
+        if may_stop:
+            for seq in self.seqs:
+                if ids[-len(seq) :] == seq:
+                    return seq
+        return None
+
+    def seq_hold(self) -> int:
+        """Characters of recent text that may belong to a stop token sequence not yet complete:
+        the text of the longest run of recent ids that is a proper prefix of one."""
+        ids = self.seq_ids
+        longest = 0
+        for seq in self.seqs:
+            for k in range(min(len(seq) - 1, len(ids)), longest, -1):
+                if ids[-k:] == seq[:k]:
+                    longest = k
+                    break
+        return sum(self.seq_lens[-longest:]) if longest else 0
+
+    def seq_chars(self, count: int) -> int:
+        """Characters of text of the ``count`` recent tokens before the last one."""
+        return sum(self.seq_lens[-1 - count : -1]) if count > 0 else 0
 
 
 def _as_list(value: str | list[str] | None) -> list[str]:
@@ -479,26 +522,54 @@ class DetokShard:
     ) -> None:
         """Take this step's per-token texts; deliver what is safe; finish when it is over."""
         out: list[str] = []
+        # With stop token sequences, text passes one more hold-back (by tokens) on its way out.
+        taken: list[str] = [] if st.seqs else out
         used = 0
         ntok = int(self._ntok[st.sid])
-        stop: FinishReason | None = None
-        for piece in pieces:
+        stop: FinishReason | None = None  # a stop string or regex
+        seq_stop: FinishReason | None = None  # a stop token sequence
+        drop = -1  # tokens before the last whose text a matched sequence drops
+        last = len(pieces) - 1
+        for k, piece in enumerate(pieces):
             ntok += 1
             used += 1
+            if st.seqs:
+                seq = st.push_token(token_ids[k], len(piece), ntok > st.min_new)
+                if seq is None and k == last and fin is not None:
+                    seq = _engine_sequence(fin)
+                if seq is not None:
+                    seq_stop = FinishReason.stop(list(seq))
+                    if not st.no_trim:
+                        drop = len(seq) - 1
+                        break
             if piece:
-                stop = self._take(st, piece, out, ntok)
+                stop = self._take(st, piece, taken, ntok)
                 if stop is not None:
                     break
-        if stop is None and fin is not None:
-            # The engine finished: whatever the decoder still holds, then everything held back.
-            tail = st.batch.flush(st.slot)
-            if tail:
-                stop = self._take(st, tail, out, ntok)
-            if stop is None:
-                out.append(st.hb.release())
+            if seq_stop is not None:
+                break
+            if st.seqs:
+                self._release(st, taken, out)
+        if stop is None and (seq_stop is not None or fin is not None):
+            if drop >= 0:
+                # The sequence's text goes, with the decoder's incomplete bytes (theirs too).
+                whole = st.seq_text + "".join(taken) + st.hb.release()
+                taken[:] = [whole[: max(len(whole) - st.seq_chars(drop), 0)]]
+                st.seq_text = ""
+            else:
+                # The request is over: whatever the decoder still holds, then everything held.
+                tail = st.batch.flush(st.slot)
+                if tail:
+                    stop = self._take(st, tail, taken, ntok)
+                if stop is None:
+                    taken.append(st.hb.release())
+        final = stop or seq_stop or fin
+        if st.seqs and final is not None:
+            out.append(st.seq_text)
+            out.extend(taken)
+            st.seq_text = ""
         self._ntok[st.sid] = ntok
         self._mode[st.sid] = st.mode
-        final = stop or fin
         text = "".join(out)
         fields = (st.rid, token_ids[:used], final, prompt_tokens, text, ntok, extras)
         if final is None:
@@ -510,8 +581,22 @@ class DetokShard:
         self._forget(st)
         if st.sink.try_send(done) is not None:
             self._blocked(st, done, final, forgotten=True)
-        if stop is not None and fin is None:
-            self._engine_abort(st.rid)  # engines do not know stop strings
+        if fin is None:
+            self._engine_abort(st.rid)  # the engine did not stop it: a stop it does not know
+
+    @staticmethod
+    def _release(st: _Req, taken: list[str], out: list[str]) -> None:
+        """Move the text that cannot belong to a stop token sequence from ``taken`` to ``out``."""
+        text = st.seq_text + "".join(taken) if taken else st.seq_text
+        taken.clear()
+        keep = st.seq_hold() - len(st.held)
+        if keep <= 0:
+            out.append(text)
+            st.seq_text = ""
+        else:
+            cut = max(len(text) - keep, 0)
+            out.append(text[:cut])
+            st.seq_text = text[cut:]
 
     def _take(self, st: _Req, piece: str, out: list[str], ntok: int) -> FinishReason | None:
         """Add one token's text: check stops, append what may be delivered to ``out``."""
@@ -593,6 +678,12 @@ def _trims(st: _Req, fin: FinishReason, tokens: list[int]) -> bool:
     if isinstance(matched, list) and matched:
         return tokens[-1] == matched[-1]
     return False
+
+
+def _engine_sequence(fin: FinishReason) -> list[int] | None:
+    """The stop token sequence an engine reports having matched, if any."""
+    matched = fin.matched()
+    return matched if isinstance(matched, list) and matched else None
 
 
 def _search_new(rx: Any, text: str, new_from: int) -> tuple[int, int] | None:

@@ -7,8 +7,10 @@ frame codec is used even in-process, so every engine exercises the same hot path
 
 Token-level stops are the engine's: EOS (unless ``ignore_eos``), ``stop_token_ids``,
 ``max_new_tokens`` (finish reasons ``stop`` with the token ``matched``, or ``length``), never before
-``min_new_tokens``. Stop strings and stop regexes are the frontend's: it aborts the request when
-one matches.
+``min_new_tokens``. Stop token *sequences* (lists inside ``stop_token_ids``, ``matched`` the list)
+only reach an engine whose ``supports_stop_token_sequences`` is True; for any other the frontend
+matches them and aborts the request. Stop strings and stop regexes are the frontend's: it aborts
+the request when one matches.
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ from typing import Protocol, runtime_checkable
 
 from tokenwire.messages.sampling import SamplingParams
 
-__all__ = ["EngineRequest", "Engine", "OutputCallback"]
+__all__ = ["EngineRequest", "Engine", "OutputCallback", "supports_stop_token_sequences"]
 
 #: Receives every frame an engine emits (batch, error or result frames, tag byte first).
 OutputCallback = Callable[[bytes], None]
@@ -54,3 +56,9 @@ class Engine(Protocol):
     @property
     def alive(self) -> bool:
         """Whether the engine can serve."""
+
+
+def supports_stop_token_sequences(engine: object) -> bool:
+    """Whether ``engine`` matches stop token sequences itself (an optional engine attribute,
+    ``supports_stop_token_sequences``; False when absent)."""
+    return getattr(engine, "supports_stop_token_sequences", False) is True

@@ -11,9 +11,9 @@ and the step goes out as one batch frame through the real codec. Output sources:
 - ``random``: uniformly drawn non-special ids.
 
 It honours ``max_new_tokens``, ``min_new_tokens`` (no EOS or stop token before it),
-``stop_token_ids``, ``ignore_eos``, EOS by probability or position, and aborts; and it can inject
-faults for tests: an id past the tokenizer, a malformed frame, an engine error for a request, a
-crash.
+``stop_token_ids`` (token id sequences too, unless configured not to), ``ignore_eos``, EOS by
+probability or position, and aborts; and it can inject faults for tests: an id past the
+tokenizer, a malformed frame, an engine error for a request, a crash.
 """
 
 from __future__ import annotations
@@ -32,6 +32,7 @@ import numpy as np
 from tokenwire.engine import EngineRequest, OutputCallback
 from tokenwire.messages.errors import QueueFullError
 from tokenwire.messages.frames import encode_batch_frame, encode_error_frame
+from tokenwire.messages.sampling import MAX_STOP_TOKEN_SEQUENCE_LEN
 
 if TYPE_CHECKING:
     from tokenwire.tokenizer import Tokenizer
@@ -67,6 +68,9 @@ class SyntheticConfig:
     max_waiting: int = 100_000
     #: Base seed (a request's ``sampling_seed`` overrides it).
     seed: int = 0
+    #: Match stop token sequences (lists in ``stop_token_ids``) here; if False, the frontend
+    #: does (as for an engine that cannot).
+    stop_token_sequences: bool = True
 
     def __post_init__(self) -> None:
         if self.output not in OUTPUTS:
@@ -111,6 +115,8 @@ class _Seq:
         "seed",
         "source",
         "stops",
+        "seqs",
+        "recent",
     )
 
     def __init__(self, req: EngineRequest, seed: int, eos: frozenset[int]) -> None:
@@ -122,7 +128,11 @@ class _Seq:
         self.limit = p.max_new_tokens if p.max_new_tokens is not None else float("inf")
         self.min_new = p.min_new_tokens
         # Tokens that end the request: EOS (unless ignored) and the stop token ids.
-        self.stops = (frozenset() if p.ignore_eos else eos) | frozenset(p.stop_token_ids or ())
+        singles = [t for t in p.stop_token_ids or () if not isinstance(t, list)]
+        self.stops = (frozenset() if p.ignore_eos else eos) | frozenset(singles)
+        # Stop token sequences (when the engine is configured to match them) and recent ids.
+        self.seqs = p.stop_token_sequences
+        self.recent: list[int] = []
         self.seed = seed
         self.draws = 0  # random numbers drawn so far (the counter of the seed's stream)
         self.source: list[int] = []
@@ -164,6 +174,11 @@ class SyntheticEngine:
     @property
     def alive(self) -> bool:
         return self._alive
+
+    @property
+    def supports_stop_token_sequences(self) -> bool:
+        """Whether requests may carry stop token sequences (see ``SyntheticConfig``)."""
+        return self.config.stop_token_sequences
 
     async def start(self, output: OutputCallback) -> None:
         self._output = output
@@ -307,6 +322,21 @@ class SyntheticEngine:
         picks = _splitmix64_array(np.uint64(seq.seed), counters) % np.uint64(len(self._plain_arr))
         return self._plain_arr[picks].tolist()
 
+    @staticmethod
+    def _sequence_end(seq: _Seq, tok: int, may_stop: bool) -> list[int] | None:
+        """Record ``tok``; the first stop token sequence the recent ids now end with, if the
+        request may stop."""
+        recent = seq.recent
+        recent.append(tok)
+        if len(recent) > MAX_STOP_TOKEN_SEQUENCE_LEN:
+            del recent[0]
+        if not may_stop:
+            return None
+        for stop in seq.seqs:
+            if recent[-len(stop) :] == stop:
+                return stop
+        return None
+
     def _step(self) -> list[bytes]:
         self.stats["steps"] += 1
         faults, self._faults = self._faults, []
@@ -366,6 +396,10 @@ class SyntheticEngine:
                 ids.append(tok)
                 n += 1
                 seq.gen = gen + 1
+                matched = self._sequence_end(seq, tok, may_stop) if seq.seqs else None
+                if matched is not None:  # a sequence ending here wins over its last id
+                    finish = {"type": "stop", "matched": matched}
+                    break
                 if is_stop:
                     finish = {"type": "stop", "matched": tok}
                     break

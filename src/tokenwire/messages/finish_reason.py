@@ -143,12 +143,15 @@ class FinishReason:
         t = self._fields.get("type")
         return t if isinstance(t, str) else "stop"
 
-    def stop_reason(self, eos_token_ids: Collection[int] = ()) -> int | str | list[int] | None:
-        """vLLM's ``stop_reason``: the stop string or stop token id that ended the request, or None
-        (EOS, length, abort)."""
+    def stop_reason(self, eos_token_ids: Collection[int] = ()) -> int | str | None:
+        """vLLM's ``stop_reason``: the stop string or stop token id that ended the request, a stop
+        token sequence written as vLLM writes it (``"[2318, 310, 2305]"``), or None (EOS, length,
+        abort)."""
         matched = self.matched()
         if _is_int(matched) and matched in eos_token_ids:
             return None
+        if isinstance(matched, list):
+            return str(matched)
         return matched
 
     def __eq__(self, other: object) -> bool:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, fields, replace
 from typing import TYPE_CHECKING, Any
 
 import msgspec
@@ -26,6 +26,7 @@ __all__ = [
     "DEFAULT_MAX_STOP_STR_LEN",
     "MAX_STOP_COUNT",
     "MAX_STOP_REGEX_COUNT",
+    "MAX_STOP_TOKEN_SEQUENCE_LEN",
     "MAX_STOP_REGEX_LEN",
     "SAMPLING_EPS",
     "TOP_K_ALL",
@@ -40,6 +41,8 @@ MAX_STOP_COUNT = 32
 #: Stop strings are delimiters: those real clients send (lm-eval, benchmark tools, chat stacks)
 #: are tens of bytes; 1 KiB leaves ample room while bounding a request's stop state.
 DEFAULT_MAX_STOP_STR_LEN = 1024
+#: Longest stop token sequence (a list inside ``stop_token_ids``), in tokens.
+MAX_STOP_TOKEN_SEQUENCE_LEN = 64
 #: Most stop regexes a request may carry.
 MAX_STOP_REGEX_COUNT = 32
 #: Longest stop regex, in UTF-8 bytes.
@@ -81,7 +84,8 @@ class SamplingParams:
 
     max_new_tokens: int | None = 128
     stop: str | list[str] | None = None
-    stop_token_ids: list[int] | None = None
+    #: Token ids, and (vLLM) token id sequences as lists: ``[2, [318, 310, 305]]``.
+    stop_token_ids: list[int | list[int]] | None = None
     stop_regex: str | list[str] | None = None
     temperature: float = 1.0
     top_p: float = 1.0
@@ -279,13 +283,28 @@ class SamplingParams:
             fail("n", f"must be 1 here (requests with n > 1 are fanned out), got {self.n}")
         if self.beam_width is not None and self.beam_width != 1:
             fail("beam_width", f"must be 1 (beam search is not supported), got {self.beam_width}")
-        for token_id in self.stop_token_ids or []:
-            if not 0 <= token_id < vocab_size:
-                fail(
-                    "stop_token_ids", f"must be token ids in [0, {vocab_size - 1}], got {token_id}"
-                )
+        for entry in self.stop_token_ids or []:
+            for token_id in entry if isinstance(entry, list) else [entry]:
+                if not 0 <= token_id < vocab_size:
+                    fail(
+                        "stop_token_ids",
+                        f"must be token ids in [0, {vocab_size - 1}], got {token_id}",
+                    )
         if self.stream_interval is not None and self.stream_interval < 1:
             fail("stream_interval", f"must be at least 1, got {self.stream_interval}")
+
+    @property
+    def stop_token_sequences(self) -> list[list[int]]:
+        """The token id sequences among ``stop_token_ids``, in order."""
+        return [list(e) for e in self.stop_token_ids or [] if isinstance(e, list)]
+
+    def for_engine(self, *, stop_token_sequences: bool) -> SamplingParams:
+        """These parameters as an engine gets them: without the stop token sequences when it
+        cannot match them (the frontend does)."""
+        if stop_token_sequences or not self.stop_token_sequences:
+            return self
+        ids = [e for e in self.stop_token_ids or [] if not isinstance(e, list)]
+        return replace(self, stop_token_ids=ids or None)
 
     # ---- engine wire format ----------------------------------------------------------------------
 
@@ -378,11 +397,24 @@ def _coerce(key: str, value: Any, nm: _Names) -> Any:
         raise bad("a string or a list of strings")
     if key == "stop_token_ids":
         if not isinstance(value, list):
-            raise bad("a list of token ids")
+            raise bad("a list of token ids or token id sequences")
+        out: list[int | list[int]] = []
         for t in value:
-            if not _is_int(t) or t < 0:
+            if isinstance(t, list):
+                if not t or len(t) > MAX_STOP_TOKEN_SEQUENCE_LEN:
+                    raise bad(
+                        f"a list of token ids or token id sequences of 1 to "
+                        f"{MAX_STOP_TOKEN_SEQUENCE_LEN} ids (bad element {t!r})"
+                    )
+                for x in t:
+                    if not _is_int(x) or x < 0:
+                        raise bad(f"a list of non-negative integer token ids (bad element {x!r})")
+                out.append(list(t))
+            elif not _is_int(t) or t < 0:
                 raise bad(f"a list of non-negative integer token ids (bad element {t!r})")
-        return list(value)
+            else:
+                out.append(t)
+        return out
     if key in _GRAMMARS:
         if not isinstance(value, str):
             raise bad("a string")
