@@ -69,7 +69,6 @@ def test_completion_defaults_and_mapping(tok):
         ({"prompt": [-1]}, "prompt", "out of range"),
         ({"prompt": []}, "prompt", "must be a string"),
         ({"prompt": ""}, "prompt", "is empty"),
-        ({"prompt": "x", "frobnicate": 1}, "frobnicate", "unrecognized request argument"),
         ({"prompt": "x", "logprobs": 3}, "logprobs", "not supported"),
         ({"prompt": "x", "echo": True}, "echo", "not supported"),
         ({"prompt": "x", "stream_options": {"include_usage": True}}, "stream_options", "stream"),
@@ -363,20 +362,6 @@ def test_faults(tok):
     assert not engine.alive
 
 
-def test_stream_options_continuous_usage_is_refused(tok):
-    with pytest.raises(ValidationError, match="continuous_usage_stats"):
-        api.parse_completion(
-            {"prompt": "x", "stream": True, "stream_options": {"continuous_usage_stats": True}},
-            tok,
-            "m",
-        )
-    api.parse_completion(
-        {"prompt": "x", "stream": True, "stream_options": {"continuous_usage_stats": False}},
-        tok,
-        "m",
-    )
-
-
 def test_control_result_frames_reach_their_waiter(tok):
     from tokenwire.messages.frames import encode_result_frame
     from tokenwire.server.app import Runtime, ServerConfig
@@ -456,3 +441,180 @@ def test_a_template_that_breaks_is_a_400_not_a_500():
     with pytest.raises(ValidationError, match="cannot render these messages") as info:
         render_chat("{{ messages[0].content + 1 }}", msgs, bos_token="", eos_token="")
     assert info.value.param == "messages"
+
+
+# ---- the unknown-field policy and vLLM's request extras (issue 10, item 2) -----------------------
+
+#: Fields real clients send that only annotate the request (accepted without a word).
+ANNOTATIONS = {
+    "user": "u-1",
+    "metadata": {"k": "v"},
+    "store": False,
+    "service_tier": "flex",
+    "prompt_cache_key": "conv-9",
+    "safety_identifier": "hash",
+    "verbosity": "low",
+    "parallel_tool_calls": True,
+    "modalities": ["text"],
+}
+
+
+def test_unknown_fields_are_ignored_and_logged_once_per_name(tok, caplog, monkeypatch):
+    monkeypatch.setattr(api, "_warned", set())
+    body = {"prompt": "x", "return_routed_experts": True, "stream_output": True} | ANNOTATIONS
+    with caplog.at_level("WARNING", logger="tokenwire.server"):
+        api.parse_completion(body, tok, "m")
+        api.parse_completion(body, tok, "m")
+        chat = {k: v for k, v in body.items() if k != "prompt"}
+        api.parse_chat({"messages": [{"role": "user", "content": "x"}], **chat}, tok, "m")
+        api.parse_generate({"text": "x", "return_routed_experts": True, "bogus": 1}, tok, "m")
+        api.parse_completion(
+            {"prompt": "x", "stream": True, "stream_options": {"include_usage": True, "z": 1}},
+            tok,
+            "m",
+        )
+    warned = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
+    assert len(warned) == 4, warned  # return_routed_experts, stream_output, bogus, options.z
+    for name in ("return_routed_experts", "stream_output", "bogus", "stream_options.z"):
+        assert sum(name in w for w in warned) == 1
+    assert not any(key in " ".join(warned) for key in ANNOTATIONS)
+
+
+@pytest.mark.parametrize(
+    ("extra", "param"),
+    [
+        ({"modalities": ["text", "audio"]}, "modalities"),
+        ({"chat_template": "{{ messages }}"}, "chat_template"),
+        ({"reasoning_effort": "extreme"}, "reasoning_effort"),
+        ({"priority": "high"}, "priority"),
+        ({"request_id": ""}, "request_id"),
+        ({"request_id": "x" * 257}, "request_id"),
+        ({"return_tokens_as_token_ids": "yes"}, "return_tokens_as_token_ids"),
+        ({"truncate_prompt_tokens": 0}, "truncate_prompt_tokens"),
+        ({"truncate_prompt_tokens": 40961}, "truncate_prompt_tokens"),
+        ({"continue_final_message": True, "add_generation_prompt": True}, "continue_final_message"),
+        ({"add_generation_prompt": "no"}, "add_generation_prompt"),
+        ({"stream_options": {"include_usage": 1}}, "stream_options"),
+    ],
+)
+def test_known_fields_with_values_we_cannot_honour_are_400s(tok, extra, param):
+    body = {"messages": [{"role": "user", "content": "x"}], "stream": True} | extra
+    with pytest.raises(ValidationError) as info:
+        api.parse_chat(body, tok, "m")
+    assert info.value.param == param
+
+
+def test_request_id_priority_and_token_id_flag(tok):
+    plan = api.parse_completion(
+        {"prompt": "x", "request_id": "my-req", "priority": -3, "return_tokens_as_token_ids": True},
+        tok,
+        "m",
+    )
+    assert plan.id == "my-req" and plan.openai_head(chunk=False)["id"] == "cmpl-my-req"
+    assert plan.priority == -3 and plan.return_tokens_as_token_ids
+    chat = api.parse_chat(
+        {"messages": [{"role": "user", "content": "x"}], "request_id": "c1"}, tok, "m"
+    )
+    assert chat.openai_head(chunk=True)["id"] == "chatcmpl-c1" and chat.priority == 0
+    assert api.parse_generate({"text": "x", "priority": 7}, tok, "m").priority == 7
+
+
+def test_truncate_prompt_tokens_keeps_the_end(tok):
+    ids = tok.encode("one two three four five six seven")
+    plan = api.parse_completion({"prompt": ids, "truncate_prompt_tokens": 3}, tok, "m")
+    assert plan.prompts == [ids[-3:]]
+    plan = api.parse_completion(
+        {"prompt": ["a b c d e", ids], "truncate_prompt_tokens": 2}, tok, "m"
+    )
+    assert plan.prompts == [tok.encode("a b c d e")[-2:], ids[-2:]]
+    plan = api.parse_completion({"prompt": ids, "truncate_prompt_tokens": -1}, tok, "m")
+    assert plan.prompts == [ids]
+    chat = api.parse_chat(
+        {"messages": [{"role": "user", "content": "Hello"}], "truncate_prompt_tokens": 3}, tok, "m"
+    )
+    assert tok.decode(chat.prompts[0], skip_special_tokens=False) == "<|im_start|>assistant\n"
+
+
+def test_continue_final_message_leaves_the_last_message_open(tok):
+    messages = [
+        {"role": "user", "content": "Count to three."},
+        {"role": "assistant", "content": "One, two,"},
+    ]
+    plan = api.parse_chat({"messages": messages, "continue_final_message": True}, tok, "m")
+    text = tok.decode(plan.prompts[0], skip_special_tokens=False)
+    assert text.endswith("<|im_start|>assistant\n<think>\n\n</think>\n\nOne, two,")
+    closed = api.parse_chat({"messages": messages, "add_generation_prompt": False}, tok, "m")
+    assert tok.decode(closed.prompts[0], skip_special_tokens=False).endswith("two,<|im_end|>\n")
+    with pytest.raises(ValidationError, match="final message is empty"):
+        api.parse_chat(
+            {
+                "messages": [*messages[:1], {"role": "assistant", "content": ""}],
+                "continue_final_message": True,
+            },
+            tok,
+            "m",
+        )
+
+
+def test_reasoning_effort_reaches_the_template():
+    template = "{{ reasoning_effort | default('unset') }}|{{ add_generation_prompt }}"
+    msgs = normalize_messages([{"role": "user", "content": "x"}])
+    body = {"reasoning_effort": "low"}
+    assert (
+        render_chat(template, msgs, bos_token="", eos_token="", **api.chat_template_options(body))
+        == "low|True"
+    )
+    body = {"reasoning_effort": "low", "chat_template_kwargs": {"reasoning_effort": "high"}}
+    assert (
+        render_chat(template, msgs, bos_token="", eos_token="", **api.chat_template_options(body))
+        == "high|True"
+    )
+    assert (
+        render_chat(template, msgs, bos_token="", eos_token="", **api.chat_template_options({}))
+        == "unset|True"
+    )
+
+
+def test_continuous_usage_chunks(tok):
+    plan = api.parse_completion(
+        {
+            "prompt": ["a b", "c"],
+            "n": 2,
+            "stream": True,
+            "stream_options": {"include_usage": True, "continuous_usage_stats": True},
+        },
+        tok,
+        "m",
+    )
+    assert plan.continuous_usage
+    w = api.ChunkWriter(plan, ())
+    chunk = msgspec.json.decode(w.delta(2, "hi", 5)[6:])  # choice 2: the second prompt
+    assert chunk["usage"] == {"prompt_tokens": 1, "completion_tokens": 5, "total_tokens": 6}
+    final = msgspec.json.decode(w.final(1, "", FinishReason.length(7), 7)[6:])
+    assert final["usage"]["prompt_tokens"] == 2 and final["usage"]["completion_tokens"] == 7
+    # without include_usage, continuous_usage_stats asks for nothing (vLLM's rule)
+    plan = api.parse_completion(
+        {"prompt": "x", "stream": True, "stream_options": {"continuous_usage_stats": True}},
+        tok,
+        "m",
+    )
+    assert not plan.continuous_usage and "usage" not in msgspec.json.decode(
+        api.ChunkWriter(plan, ()).delta(0, "x", 1)[6:]
+    )
+
+
+def test_synthetic_engine_admits_by_priority(tok):
+    frames, _ = run_engine(
+        tok,
+        SyntheticConfig(output="echo", max_batch_size=1),
+        [
+            EngineRequest(r, [5, 6], req(r, [5, 6], max_new_tokens=2).params, priority=p)
+            for r, p in (("late", 5), ("first", -1), ("mid", 0))
+        ],
+    )
+    order = []
+    for f in frames:
+        for rid in decode_batch_frame(f).rids:
+            if rid not in order:
+                order.append(rid)
+    assert order == ["first", "mid", "late"]

@@ -234,7 +234,7 @@ def error_of(resp: httpx.Response) -> dict:
             "max_completion_tokens",
         ),
         ("/v1/completions", {"model": MODEL, "prompt": [1, 151936]}, 400, "prompt"),
-        ("/v1/completions", {"model": MODEL, "prompt": "x", "bogus": 1}, 400, "bogus"),
+        ("/v1/completions", {"model": MODEL, "prompt": "x", "echo": True}, 400, "echo"),
         ("/generate", {"text": "x", "sampling_params": {"max_tokens": 3}}, 400, "max_tokens"),
         ("/generate", {"input_ids": [151936]}, 400, "input_ids"),
     ],
@@ -387,6 +387,28 @@ def test_usage_counts_each_prompt_once_whatever_n(echo):
         model=MODEL, messages=[{"role": "user", "content": "hi"}], max_tokens=3
     )
     assert chat.usage.prompt_tokens == single.usage.prompt_tokens
+
+
+def test_continuous_usage_request_id_and_priority(echo, monkeypatch):
+    seen = []
+    submit = echo.engine.submit
+    monkeypatch.setattr(echo.engine, "submit", lambda req: (seen.append(req), submit(req)))
+    stream = echo.client.chat.completions.create(
+        model=MODEL,
+        messages=[{"role": "user", "content": PROMPT}],
+        max_tokens=6,
+        stream=True,
+        stream_options={"include_usage": True, "continuous_usage_stats": True},
+        extra_body={"request_id": "trace-42", "priority": 3, "unheard_of": {"x": 1}},
+    )
+    chunks = list(stream)
+    assert {c.id for c in chunks} == {"chatcmpl-trace-42"}
+    assert all(c.usage is not None for c in chunks)
+    counts = [c.usage.completion_tokens for c in chunks if c.choices]
+    assert counts == sorted(counts) and counts[0] == 0 and counts[-1] == 6
+    assert chunks[-1].choices == [] and chunks[-1].usage.completion_tokens == 6
+    assert chunks[0].usage.prompt_tokens == chunks[-1].usage.prompt_tokens > 0
+    assert [r.priority for r in seen] == [3] and seen[0].rid.startswith("trace-42")
 
 
 def test_models_health_metrics(echo):

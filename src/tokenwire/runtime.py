@@ -170,7 +170,11 @@ class Runtime:
                     engine_params = params.for_engine(
                         stop_token_sequences=supports_stop_token_sequences(self.engine)
                     )
-                    self.engine.submit(EngineRequest(rid, prompt, engine_params, plan.stream))
+                    self.engine.submit(
+                        EngineRequest(
+                            rid, prompt, engine_params, plan.stream, priority=plan.priority
+                        )
+                    )
         except BaseException:
             for rid, _, sink in out:
                 self.abort(rid, sink)

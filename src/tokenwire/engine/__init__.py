@@ -29,12 +29,14 @@ OutputCallback = Callable[[bytes], None]
 
 @dataclass(frozen=True)
 class EngineRequest:
-    """One generation: ``prompt_ids`` (validated), normalized ``params`` (``n == 1``)."""
+    """One generation: ``prompt_ids`` (validated), normalized ``params`` (``n == 1``), the
+    client's scheduling ``priority`` (vLLM's sense: lower is served sooner; 0 by default)."""
 
     rid: str
     prompt_ids: list[int]
     params: SamplingParams
     stream: bool = True
+    priority: int = 0
 
 
 @runtime_checkable

@@ -266,7 +266,10 @@ class SyntheticEngine:
             raise
 
     def _admit(self) -> None:
+        """Fill free batch slots from the queue: lowest ``priority`` first, then arrival order."""
         room = self.config.max_batch_size - len(self._running)
+        if 0 < room < len(self._waiting) and any(r.priority for r in self._waiting):
+            self._waiting = deque(sorted(self._waiting, key=lambda r: r.priority))
         while room > 0 and self._waiting:
             req = self._waiting.popleft()
             seq = _Seq(req, self._seed_for(req), self._eos_set)

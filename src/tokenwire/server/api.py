@@ -8,6 +8,7 @@ spelled it. Responses and SSE chunks are built here too.
 
 from __future__ import annotations
 
+import logging
 import time
 import uuid
 from collections.abc import Mapping
@@ -42,6 +43,8 @@ MAX_CHOICES = 256
 
 _json = msgspec.json.Encoder()
 
+log = logging.getLogger("tokenwire.server")
+
 
 @dataclass
 class Plan:
@@ -56,6 +59,12 @@ class Plan:
     model: str = ""
     rids: list[str] | None = None  # /generate: the client's request ids
     batch: bool = False  # /generate: the input was a list
+    #: Scheduling priority for the engine (vLLM's: lower is sooner).
+    priority: int = 0
+    #: ``stream_options.continuous_usage_stats`` (with ``include_usage``): usage in every chunk.
+    continuous_usage: bool = False
+    #: vLLM's ``return_tokens_as_token_ids``: logprob tokens as ``"token_id:{id}"``.
+    return_tokens_as_token_ids: bool = False
     id: str = field(default_factory=lambda: uuid.uuid4().hex)
     created: int = field(default_factory=lambda: int(time.time()))
 
@@ -111,10 +120,29 @@ _DEFAULT_ONLY = {
     "tool_choice": (None, "none", "auto"),
     "parallel_tool_calls": (None, True, False),
     "response_format": (None, {"type": "text"}),
-    "service_tier": (None, "auto", "default"),
+    "modalities": (None, ["text"]),
     "stream_options": None,  # checked on its own
 }
-_INFORMATIONAL = {"user", "model", "metadata", "store"}
+# Fields that only annotate the request (billing, caching, tracing hints): accepted, no effect.
+_INFORMATIONAL = {
+    "user",
+    "model",
+    "metadata",
+    "store",
+    "service_tier",
+    "prompt_cache_key",
+    "safety_identifier",
+    "verbosity",
+}
+# Request fields with an effect beyond sampling, shared by both OpenAI routes (vLLM's names).
+_OPENAI_EXTRAS = {"priority", "request_id", "truncate_prompt_tokens", "return_tokens_as_token_ids"}
+#: ``reasoning_effort`` values passed on to the chat template (OpenAI's).
+REASONING_EFFORTS = ("none", "minimal", "low", "medium", "high", "xhigh")
+#: Longest client-chosen request id (``request_id``, ``rid``).
+MAX_REQUEST_ID_LEN = 256
+#: Unknown field names logged (once each) before the log stops naming new ones.
+_MAX_WARNED = 256
+_warned: set[str] = set()
 
 
 def check_model(requested: Any, served: str) -> None:
@@ -130,9 +158,21 @@ def check_model(requested: Any, served: str) -> None:
 
 
 def _check_keys(body: Mapping[str, Any], allowed: set[str]) -> None:
+    """Fields tokenwire does not know are ignored (vLLM's policy), and logged once per name."""
     for key in body:
         if key not in allowed:
-            raise ValidationError(f"unrecognized request argument {key!r}", param=str(key))
+            _warn_unknown(key)
+
+
+def _warn_unknown(key: str) -> None:
+    if key in _warned or len(_warned) > _MAX_WARNED:
+        return
+    _warned.add(key)
+    shown = key if len(key) <= 64 else key[:61] + "..."
+    if len(_warned) > _MAX_WARNED:
+        log.warning("more than %d unknown request fields: no longer naming them", _MAX_WARNED)
+    else:
+        log.warning("ignoring the unknown request field %r (logged once per field)", shown)
 
 
 def _check_defaults(body: Mapping[str, Any]) -> None:
@@ -149,30 +189,97 @@ def _is_int(v: object) -> bool:
     return isinstance(v, int) and not isinstance(v, bool)
 
 
-def _stream_flags(body: Mapping[str, Any]) -> tuple[bool, bool]:
+def _stream_flags(body: Mapping[str, Any]) -> tuple[bool, bool, bool]:
+    """``stream``, ``stream_options.include_usage`` and ``continuous_usage_stats`` (vLLM's:
+    usage in every chunk, only together with ``include_usage``)."""
     stream = body.get("stream", False)
     if stream is None:
         stream = False
     if not isinstance(stream, bool):
         raise ValidationError(f"stream must be a boolean, got {stream!r}", param="stream")
     opts = body.get("stream_options")
-    include_usage = False
+    include_usage = continuous = False
     if opts is not None:
-        if not isinstance(opts, dict) or set(opts) - {"include_usage", "continuous_usage_stats"}:
+        if not isinstance(opts, dict):
             raise ValidationError(
                 "stream_options must be an object with include_usage", param="stream_options"
             )
-        if opts.get("continuous_usage_stats"):
-            raise ValidationError(
-                "stream_options.continuous_usage_stats is not supported by this server",
-                param="stream_options",
-            )
+        for key in opts:
+            if key not in ("include_usage", "continuous_usage_stats"):
+                _warn_unknown(f"stream_options.{key}")
+        for key in ("include_usage", "continuous_usage_stats"):
+            if opts.get(key) is not None and not isinstance(opts[key], bool):
+                raise ValidationError(
+                    f"stream_options.{key} must be a boolean, got {opts[key]!r}",
+                    param="stream_options",
+                )
         if not stream:
             raise ValidationError(
                 "stream_options is only allowed with stream=true", param="stream_options"
             )
         include_usage = opts.get("include_usage") is True
-    return stream, include_usage
+        continuous = include_usage and opts.get("continuous_usage_stats") is True
+    return stream, include_usage, continuous
+
+
+def _openai_extras(body: Mapping[str, Any]) -> dict[str, Any]:
+    """vLLM's ``priority``, ``request_id`` and ``return_tokens_as_token_ids`` as ``Plan``
+    keyword arguments."""
+    out: dict[str, Any] = {}
+    priority = body.get("priority")
+    if priority is not None:
+        if not _is_int(priority) or not -(2**31) <= priority < 2**31:
+            raise ValidationError(
+                f"priority must be a (32-bit) integer, got {priority!r}", param="priority"
+            )
+        out["priority"] = priority
+    rid = body.get("request_id")
+    if rid is not None:
+        out["id"] = _request_id(rid, "request_id")
+    flag = body.get("return_tokens_as_token_ids")
+    if flag is not None:
+        if not isinstance(flag, bool):
+            raise ValidationError(
+                f"return_tokens_as_token_ids must be a boolean, got {flag!r}",
+                param="return_tokens_as_token_ids",
+            )
+        out["return_tokens_as_token_ids"] = flag
+    return out
+
+
+def _request_id(value: Any, name: str) -> str:
+    if not isinstance(value, str) or not value or len(value) > MAX_REQUEST_ID_LEN:
+        raise ValidationError(
+            f"{name} must be a non-empty string of at most {MAX_REQUEST_ID_LEN} characters",
+            param=name,
+        )
+    return value
+
+
+def _truncate(prompts: list[list[int]], body: Mapping[str, Any], tok: Tokenizer) -> None:
+    """vLLM's ``truncate_prompt_tokens``: keep each prompt's last k tokens (-1: the context
+    length)."""
+    k = body.get("truncate_prompt_tokens")
+    if k is None:
+        return
+    limit = tok.max_model_len
+    if not _is_int(k) or k < -1 or k == 0:
+        raise ValidationError(
+            f"truncate_prompt_tokens must be -1 or a positive integer, got {k!r}",
+            param="truncate_prompt_tokens",
+        )
+    if k == -1:
+        if limit is None:
+            return
+        k = limit
+    if limit is not None and k > limit:
+        raise ValidationError(
+            f"truncate_prompt_tokens ({k}) is greater than the context length ({limit})",
+            param="truncate_prompt_tokens",
+        )
+    for i, p in enumerate(prompts):
+        if len(p) > k:
+            prompts[i] = p[-k:]
 
 
 def _n(body: Mapping[str, Any]) -> int:
@@ -286,13 +393,17 @@ _COMPLETION_KEYS = (
     set(_SAMPLING_FIELDS)
     | set(_DEFAULT_ONLY)
     | _INFORMATIONAL
+    | _OPENAI_EXTRAS
     | {"prompt", "max_tokens", "max_completion_tokens", "n", "stream"}
 )
 _CHAT_KEYS = (_COMPLETION_KEYS - {"prompt", "suffix", "best_of"}) | {
     "messages",
     "tools",
     "add_generation_prompt",
+    "continue_final_message",
+    "chat_template",
     "chat_template_kwargs",
+    "reasoning_effort",
 }
 
 
@@ -307,12 +418,24 @@ def parse_completion(
     _check_defaults(body)
     if "prompt" not in body:
         raise ValidationError("prompt is required", param="prompt")
-    stream, include_usage = _stream_flags(body)
+    stream, include_usage, continuous = _stream_flags(body)
     n = _n(body)
+    extras = _openai_extras(body)
     prompts = _prompt_ids(body["prompt"], tok, "prompt", add_special=True)
+    _truncate(prompts, body, tok)
     _check_choices(len(prompts) * n)
     params = _params(body, tok, prompts, DEFAULT_COMPLETION_MAX_TOKENS, "prompt", limits)
-    return Plan("completion", prompts, params, n, stream, include_usage, model)
+    return Plan(
+        "completion",
+        prompts,
+        params,
+        n,
+        stream,
+        include_usage,
+        model,
+        continuous_usage=continuous,
+        **extras,
+    )
 
 
 def parse_chat(
@@ -327,36 +450,83 @@ def parse_chat(
     if "messages" not in body:
         raise ValidationError("messages is required", param="messages")
     messages = normalize_messages(body["messages"], roles=template_roles(tok.chat_template))
-    stream, include_usage = _stream_flags(body)
+    stream, include_usage, continuous = _stream_flags(body)
     n = _n(body)
     _check_choices(n)
-    agp = body.get("add_generation_prompt", True)
-    if not isinstance(agp, bool):
+    extras = _openai_extras(body)
+    text = render_chat(
+        tok.chat_template,
+        messages,
+        bos_token=tok.bos_token,
+        eos_token=tok.eos_token,
+        **chat_template_options(body),
+    )
+    ids = tok.encode(text, add_special_tokens=False)
+    if not ids:
+        raise ValidationError("the rendered conversation is empty", param="messages")
+    prompts = [ids]
+    _truncate(prompts, body, tok)
+    params = _params(body, tok, prompts, None, "messages", limits)
+    return Plan(
+        "chat",
+        prompts,
+        params,
+        n,
+        stream,
+        include_usage,
+        model,
+        continuous_usage=continuous,
+        **extras,
+    )
+
+
+def chat_template_options(body: Mapping[str, Any]) -> dict[str, Any]:
+    """``render_chat`` keyword arguments from a chat request: ``add_generation_prompt``,
+    ``continue_final_message``, ``tools``, ``chat_template_kwargs`` and ``reasoning_effort``
+    (passed to the template as vLLM does). A per-request ``chat_template`` is refused, as vLLM
+    refuses it unless told to trust request templates."""
+
+    def flag(name: str) -> bool | None:
+        value = body.get(name)
+        if value is not None and not isinstance(value, bool):
+            raise ValidationError(f"{name} must be a boolean, got {value!r}", param=name)
+        return value
+
+    agp = flag("add_generation_prompt")
+    cfm = flag("continue_final_message") is True
+    if cfm and agp:
         raise ValidationError(
-            "add_generation_prompt must be a boolean", param="add_generation_prompt"
+            "set at most one of continue_final_message and add_generation_prompt",
+            param="continue_final_message",
+        )
+    if body.get("chat_template") is not None:
+        raise ValidationError(
+            "a per-request chat_template is not accepted: this server renders with the "
+            "model's own template",
+            param="chat_template",
         )
     kwargs = body.get("chat_template_kwargs") or {}
     if not isinstance(kwargs, dict):
         raise ValidationError(
             "chat_template_kwargs must be an object", param="chat_template_kwargs"
         )
+    effort = body.get("reasoning_effort")
+    if effort is not None:
+        if effort not in REASONING_EFFORTS:
+            raise ValidationError(
+                f"reasoning_effort must be one of {', '.join(REASONING_EFFORTS)}, got {effort!r}",
+                param="reasoning_effort",
+            )
+        kwargs = {"reasoning_effort": effort} | kwargs
     tools = body.get("tools")
     if tools is not None:
         check_tools(tools)
-    text = render_chat(
-        tok.chat_template,
-        messages,
-        bos_token=tok.bos_token,
-        eos_token=tok.eos_token,
-        add_generation_prompt=agp,
-        tools=tools,
-        extra=kwargs,
-    )
-    ids = tok.encode(text, add_special_tokens=False)
-    if not ids:
-        raise ValidationError("the rendered conversation is empty", param="messages")
-    params = _params(body, tok, [ids], None, "messages", limits)
-    return Plan("chat", [ids], params, n, stream, include_usage, model)
+    return {
+        "add_generation_prompt": not cfm if agp is None else agp,
+        "continue_final_message": cfm,
+        "tools": tools,
+        "extra": kwargs,
+    }
 
 
 _GENERATE_KEYS = {
@@ -371,6 +541,7 @@ _GENERATE_KEYS = {
     "return_text_in_logprobs",
     "image_data",
     "lora_path",
+    "priority",
 }
 
 
@@ -447,7 +618,23 @@ def parse_generate(
                 "rid must be a non-empty string, or one distinct string per prompt", param="rid"
             )
         rids = rid_list
-    return Plan("generate", prompts, params, 1, stream, False, model, rids=rids, batch=bool(batch))
+    priority = body.get("priority")
+    if priority is not None and (not _is_int(priority) or not -(2**31) <= priority < 2**31):
+        raise ValidationError(
+            f"priority must be a (32-bit) integer, got {priority!r}", param="priority"
+        )
+    return Plan(
+        "generate",
+        prompts,
+        params,
+        1,
+        stream,
+        False,
+        model,
+        rids=rids,
+        batch=bool(batch),
+        priority=priority or 0,
+    )
 
 
 def _check_logprob_fields(body: Mapping[str, Any]) -> None:
@@ -541,20 +728,38 @@ class ChunkWriter:
         self._before: dict[int, bytes] = {}
         self._key = key
         self._after = after + self._tail
+        self._after_choices = after
+        self._continuous = plan.continuous_usage
 
-    def delta(self, index: int, text: str) -> bytes:
-        """An intermediate chunk carrying ``text``."""
+    def _usage_tail(self, index: int, completion_tokens: int) -> bytes:
+        """Continuous usage: the choice's prompt and its completion tokens so far (vLLM's)."""
+        prompt_tokens = len(self.plan.prompts[index // self.plan.n])
+        return b',"usage":' + _json.encode(usage(prompt_tokens, completion_tokens)) + b"}\n\n"
+
+    def delta(self, index: int, text: str, completion_tokens: int = 0) -> bytes:
+        """An intermediate chunk carrying ``text`` (``completion_tokens`` of the choice so far
+        matter only with continuous usage)."""
         before = self._before.get(index)
         if before is None:
             before = self._before[index] = b"data: " + self._head + str(index).encode() + self._key
+        if self._continuous:
+            return (
+                before
+                + _json.encode(text)
+                + self._after_choices
+                + self._usage_tail(index, completion_tokens)
+            )
         return before + _json.encode(text) + self._after
 
     def role(self, index: int) -> bytes:
         """The chat stream's first chunk for a choice: the assistant role."""
         body = b',"delta":{"role":"assistant","content":""},"logprobs":null,"finish_reason":null}]'
-        return b"data: " + self._head + str(index).encode() + body + self._tail
+        tail = self._usage_tail(index, 0) if self._continuous else self._tail
+        return b"data: " + self._head + str(index).encode() + body + tail
 
-    def final(self, index: int, text: str, fr: FinishReason | None) -> bytes:
+    def final(
+        self, index: int, text: str, fr: FinishReason | None, completion_tokens: int = 0
+    ) -> bytes:
         """The chunk that ends a choice."""
         reason, stop_reason = finish_fields(fr, self.eos)
         delta = {"content": text} if text else {}
@@ -564,7 +769,8 @@ class ChunkWriter:
             "stop_reason": stop_reason,
         }
         body = b"," + _json.encode(payload)[1:-1] + b"}]"
-        return b"data: " + self._head + str(index).encode() + body + self._tail
+        tail = self._usage_tail(index, completion_tokens) if self._continuous else self._tail
+        return b"data: " + self._head + str(index).encode() + body + tail
 
     def usage(self, prompt_tokens: int, completion_tokens: int) -> bytes:
         """The last chunk when ``include_usage``: no choices, the usage."""

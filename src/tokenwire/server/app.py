@@ -479,14 +479,14 @@ class _OpenAIStreamer(_Streamer):
         for index, item in batch:
             if isinstance(item, Frame):
                 if item.text:
-                    out.append(writer.delta(index, item.text))
+                    out.append(writer.delta(index, item.text, item.completion_tokens))
                 continue
             if isinstance(item, Error):
                 out.append(self.error(item.error))
                 break
             self.open.discard(index)
             self.completion_tokens += item.completion_tokens
-            out.append(writer.final(index, item.text, item.finish_reason))
+            out.append(writer.final(index, item.text, item.finish_reason, item.completion_tokens))
             if not self.open:
                 plan = self.plan
                 if plan.include_usage:

@@ -195,11 +195,15 @@ def render_chat(
     bos_token: str | None,
     eos_token: str | None,
     add_generation_prompt: bool = True,
+    continue_final_message: bool = False,
     tools: list[Any] | None = None,
     extra: Mapping[str, Any] | None = None,
 ) -> str:
     """The prompt text for ``messages``; ``ValidationError`` when there is no template or the
-    template rejects the conversation (its ``raise_exception`` message is passed on)."""
+    template rejects the conversation (its ``raise_exception`` message is passed on).
+
+    ``continue_final_message`` leaves the last message open, as Hugging Face does: the text ends
+    where that message's content ends (no end-of-turn), so the model continues it."""
     if not template:
         raise ValidationError(
             "this model's tokenizer has no chat template: use /v1/completions", param="messages"
@@ -215,7 +219,7 @@ def render_chat(
             f"chat_template_kwargs may not set {sorted(clash)[0]!r}", param="chat_template_kwargs"
         )
     try:
-        return compiled.render(
+        text = compiled.render(
             messages=messages,
             add_generation_prompt=add_generation_prompt,
             tools=tools,
@@ -230,3 +234,18 @@ def render_chat(
             f"the chat template cannot render these messages ({type(exc).__name__}: {exc})",
             param="messages",
         ) from None
+    if continue_final_message:
+        text = _open_final_message(text, messages[-1]["content"])
+    return text
+
+
+def _open_final_message(text: str, final: str) -> str:
+    """``text`` cut right after the last occurrence of the final message's content."""
+    for content in (final, final.strip()):
+        if content and content in text:
+            return text[: text.rindex(content) + len(content)]
+    raise ValidationError(
+        "continue_final_message: the final message is empty or its content does not appear in "
+        "the rendered conversation",
+        param="continue_final_message",
+    )
