@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import struct
+from array import array
 
 import msgspec
 import numpy as np
@@ -17,6 +18,8 @@ from tokenwire.messages.frames import (
     EGRESS_TAG_ERROR,
     EGRESS_TAG_RESULT,
     FAMILIES,
+    LAYOUT_SEED,
+    LAYOUT_SGLANG_0_5_23,
     decode_batch_frame,
     decode_error_frame,
     decode_result_frame,
@@ -231,3 +234,157 @@ def test_round_trip_property(reqs):
     assert [(e.rid, e.token_ids.tolist(), e.prompt_tokens) for e in d.events] == [
         (r[0], r[1], r[2]) for r in reqs
     ]
+
+
+# ---- raw columns (item: SGLang hands over bytes(array("i", ...))) --------------------------------
+
+
+@pytest.mark.parametrize(
+    "raw",
+    [
+        lambda v: bytes(array("i", v)),
+        lambda v: bytearray(array("i", v)),
+        lambda v: memoryview(array("i", v)),
+        lambda v: memoryview(bytes(array("i", v))),
+    ],
+    ids=["bytes", "bytearray", "memoryview-i", "memoryview-B"],
+)
+def test_raw_columns_go_in_as_they_are(raw):
+    header = [["a", "b"], [None, None], [3, 4], [2, 1]]
+    frame = encode_batch_frame(header, [raw([70000, -1, 5])])
+    assert frame == encode_batch_frame(header, [[70000, -1, 5]])
+    d = decode_batch_frame(frame)
+    assert d.ok and [e.token_ids.tolist() for e in d.events] == [[70000, -1], [5]]
+
+
+def test_raw_float_columns_go_in_as_they_are():
+    _, frame, _ = _family_frame()
+    d = decode_batch_frame(frame)
+    header = msgspec.msgpack.decode(frame[5 : 5 + struct.unpack_from("<I", frame, 1)[0]])
+    data = [[100, 101, 102], bytes(array("f", [1.0, 1.1, 1.2]))]
+    data += [d.events[0].extras["out_lp"]["ids"].tolist() + [12, 13]]
+    rest = frame[5 + len(msgspec.msgpack.encode(header)) + 4 * 9 :]
+    again = encode_batch_frame(header, [*data, rest])
+    assert again == frame
+
+
+# ---- SGLang 0.5.23's layout: i64 token ids, cached_tokens and reasoning_tokens ------------------
+
+
+def _header_0_5_23(rids, finishes, prompt, tok_lens, cached, reasoning, extras=None, abort=False):
+    n = len(rids)
+    cols = [rids, finishes, prompt, tok_lens, cached, reasoning]
+    cols += extras if extras is not None else [[]] * 12
+    cols += [["v1"] * n, [0] * n, [0] * n, [0] * n, [0.01] * n]  # weight versions ... latencies
+    if abort:
+        cols.append([True] * n)
+    return cols
+
+
+@pytest.mark.parametrize("abort", [False, True])
+def test_sglang_0_5_23_layout_decodes(abort):
+    header = _header_0_5_23(
+        ["1", "2"],
+        [None, {"type": "length", "length": 3}],
+        [4, 5],
+        [2, 1],
+        [0, 3],
+        [2, 0],
+        abort=abort,
+    )
+    big = 2**40 + 7  # only an i64 column holds it
+    frame = encode_batch_frame(header, [bytes(array("q", [10, big, 12]))])
+    assert frame == encode_batch_frame(header, [[10, big, 12]], layout=LAYOUT_SGLANG_0_5_23)
+    d = decode_batch_frame(frame)
+    assert d.ok and d.layout == LAYOUT_SGLANG_0_5_23
+    assert d.token_ids.dtype == np.int64
+    ev = d.events
+    assert [e.token_ids.tolist() for e in ev] == [[10, big], [12]]
+    assert [e.prompt_tokens for e in ev] == [4, 5]
+    assert [(e.cached_tokens, e.reasoning_tokens) for e in ev] == [(0, 2), (3, 0)]
+    assert ev[1].finish_reason == FinishReason.length(3)
+
+
+def test_seed_layout_reads_as_zero_cached_and_reasoning_tokens():
+    d = decode_batch_frame(encode_batch_frame([["1"], [None], [4], [1]], [[10]]))
+    assert d.ok and d.layout == LAYOUT_SEED
+    assert (d.events[0].cached_tokens, d.events[0].reasoning_tokens) == (0, 0)
+
+
+def test_sglang_0_5_23_layout_with_every_extras_family():
+    _, seed_frame, _ = _family_frame()
+    seed = decode_batch_frame(seed_frame)
+    hlen = struct.unpack_from("<I", seed_frame, 1)[0]
+    header = msgspec.msgpack.decode(seed_frame[5 : 5 + hlen])
+    data = seed_frame[5 + hlen :]
+    ids, rest = data[:12], data[12:]  # three i32 token ids, then the other columns
+    new_header = _header_0_5_23(*header[:4], [1, 2], [0, 0], extras=header[4:])
+    new_ids = bytes(array("q", array("i", ids)))
+    d = decode_batch_frame(encode_batch_frame(new_header, [new_ids, rest]))
+    assert d.ok
+    for a, b in zip(seed.events, d.events):
+        assert a.token_ids.tolist() == b.token_ids.tolist()
+        assert set(a.extras) == set(b.extras)
+        for name in a.extras:
+            for key in a.extras[name]:
+                assert a.extras[name][key].tolist() == b.extras[name][key].tolist(), name
+    assert [e.cached_tokens for e in d.events] == [1, 2]
+
+
+@pytest.mark.parametrize(
+    "mutate",
+    [
+        lambda h: h[:17],  # between the layouts
+        lambda h: [*h[:4], [1, 2, 3], *h[5:]],  # cached_tokens of the wrong length
+        lambda h: [*h[:5], ["x", "y"], *h[6:]],  # reasoning_tokens not counts
+        lambda h: [*h[:6], [1, 1], *h[7:]],  # out_lp lens sum, but no data for them
+    ],
+)
+def test_malformed_sglang_0_5_23_headers(mutate):
+    header = _header_0_5_23(["1", "2"], [None, None], [4, 5], [1, 1], [0, 0], [0, 0])
+    d = decode_batch_frame(encode_batch_frame(mutate(header), [bytes(array("q", [1, 2]))]))
+    assert not d.ok and d.rids == ["1", "2"]
+
+
+def test_i32_token_ids_in_a_sglang_0_5_23_frame_are_rejected():
+    header = _header_0_5_23(["1", "2"], [None, None], [4, 5], [1, 1], [0, 0], [0, 0])
+    d = decode_batch_frame(encode_batch_frame(header, [bytes(array("i", [1, 2]))]))
+    assert not d.ok and d.rids == ["1", "2"]
+
+
+def test_encode_checks_the_layout():
+    with pytest.raises(ValueError, match="layout"):
+        encode_batch_frame([["1"], [None], [1], [0]], [], layout="nope")
+    with pytest.raises(ValueError, match="at least 18"):
+        encode_batch_frame([["1"], [None], [1], [0]], [], layout=LAYOUT_SGLANG_0_5_23)
+
+
+@settings(max_examples=examples(200), suppress_health_check=list(HealthCheck))
+@given(
+    st.lists(
+        st.tuples(
+            st.text(max_size=4),
+            st.lists(st.integers(0, 2**63 - 1), max_size=4),
+            st.integers(0, 10**6),
+            st.integers(0, 10**6),
+            st.integers(0, 10**6),
+        ),
+        max_size=6,
+    )
+)
+def test_sglang_0_5_23_round_trip_property(reqs):
+    header = _header_0_5_23(
+        [r[0] for r in reqs],
+        [None] * len(reqs),
+        [r[2] for r in reqs],
+        [len(r[1]) for r in reqs],
+        [r[3] for r in reqs],
+        [r[4] for r in reqs],
+    )
+    ids = [t for r in reqs for t in r[1]]
+    d = decode_batch_frame(encode_batch_frame(header, [ids], layout=LAYOUT_SGLANG_0_5_23))
+    assert d.ok
+    assert [
+        (e.rid, e.token_ids.tolist(), e.prompt_tokens, e.cached_tokens, e.reasoning_tokens)
+        for e in d.events
+    ] == [(r[0], r[1], r[2], r[3], r[4]) for r in reqs]

@@ -418,3 +418,24 @@ def test_many_requests_stepping_together_match_single_runs():
             got = "".join(i.event.text for i in items), items[-1].event.finish_reason.to_json()
             assert got == single(prompt, ids, params), (rid, params)
         assert len(shard) == 0 and shard.live_slots == 0
+
+
+@pytest.mark.parametrize("per_step", [1, 2])
+def test_cached_and_reasoning_tokens_reach_the_final_item(per_step):
+    from tokenwire.messages.frames import LAYOUT_SGLANG_0_5_23
+
+    tok = byte_tokenizer()
+    run = Run(tok, SamplingParams())
+    ids = b("abcd")
+    for i in range(0, 4, per_step):
+        last = i + per_step >= 4
+        header = [["r"], [{"type": "length", "length": 4} if last else None], [2], [per_step]]
+        header += [[1], [i + per_step]] + [[]] * 12 + [["v"], [0], [0], [0], [0.0]]
+        run.shard.on_frame(
+            decode_batch_frame(
+                encode_batch_frame(header, [ids[i : i + per_step]], layout=LAYOUT_SGLANG_0_5_23)
+            )
+        )
+    items = run.items()
+    assert "".join(it.text for it in items) == "abcd"
+    assert (items[-1].cached_tokens, items[-1].reasoning_tokens) == (1, 4)

@@ -330,6 +330,12 @@ class DetokShard:
         ids = decoded.token_ids
         prompt = decoded.prompt_tokens
         finishes = decoded.finish_reasons
+        # (cached_tokens, reasoning_tokens) per request, when the frame carries them.
+        counts = (
+            list(map(decoded.counts_at, range(n)))
+            if decoded.cached_tokens or decoded.reasoning_tokens
+            else None
+        )
         try:
             sids = list(map(self._sid.__getitem__, rids))
         except KeyError:
@@ -343,7 +349,9 @@ class DetokShard:
             ids = ids[np.asarray(keep, dtype=np.intp)]
             prompt = [prompt[j] for j in keep]
             finishes = [finishes[j] for j in keep]
-        self._fast_step(rids, sids, ids, prompt, finishes)
+            if counts is not None:
+                counts = [counts[j] for j in keep]
+        self._fast_step(rids, sids, ids, prompt, finishes, counts)
 
     def _fast_step(
         self,
@@ -352,6 +360,7 @@ class DetokShard:
         ids: np.ndarray,
         prompt: list[int],
         finishes: list[FinishReason | None],
+        counts: list[tuple[int, int]] | None = None,
     ) -> None:
         """One token per request: columnar all the way to the items, except for the few requests
         that finish, or that a stop string or the hold-back concerns."""
@@ -433,12 +442,13 @@ class DetokShard:
             assert st is not None
             self._ntok[st.sid] -= 1  # the exact path counts it again
             fin = finishes[j]
+            row = counts[j] if counts is not None else (0, 0)
             if fin is not None and _trims(st, fin, id_list[j : j + 1]):
-                self._advance(st, [""], [id_list[j]], fin, prompt[j], None)  # a stop token
+                self._advance(st, [""], [id_list[j]], fin, prompt[j], None, row)  # a stop token
             elif j in errors:
                 self._decode_failed(st, errors[j], fin)
             else:
-                self._advance(st, [texts[j]], [id_list[j]], fin, prompt[j], None)
+                self._advance(st, [texts[j]], [id_list[j]], fin, prompt[j], None, row)
         for item in blocked:
             st = self._reqs.get(item.rid)
             if st is not None and st.sink.try_send(item) is not None:
@@ -507,7 +517,9 @@ class DetokShard:
                     break
             else:
                 pieces += [""] * (len(tokens) - len(decode_ids))
-                self._advance(st, pieces, tokens, fin, prompt[j], decoded.extras_at(j))
+                self._advance(
+                    st, pieces, tokens, fin, prompt[j], decoded.extras_at(j), decoded.counts_at(j)
+                )
 
     # ---- per-request logic -----------------------------------------------------------------------
 
@@ -519,8 +531,10 @@ class DetokShard:
         fin: FinishReason | None,
         prompt_tokens: int,
         extras: Any,
+        counts: tuple[int, int] = (0, 0),
     ) -> None:
-        """Take this step's per-token texts; deliver what is safe; finish when it is over."""
+        """Take this step's per-token texts; deliver what is safe; finish when it is over.
+        ``counts``: the engine's ``(cached_tokens, reasoning_tokens)`` for the request."""
         out: list[str] = []
         # With stop token sequences, text passes one more hold-back (by tokens) on its way out.
         taken: list[str] = [] if st.seqs else out
@@ -571,7 +585,7 @@ class DetokShard:
         self._ntok[st.sid] = ntok
         self._mode[st.sid] = st.mode
         text = "".join(out)
-        fields = (st.rid, token_ids[:used], final, prompt_tokens, text, ntok, extras)
+        fields = (st.rid, token_ids[:used], final, prompt_tokens, text, ntok, extras, *counts)
         if final is None:
             item = Frame(*fields)
             if st.sink.try_send(item) is not None:

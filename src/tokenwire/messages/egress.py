@@ -40,7 +40,9 @@ DEFAULT_SINK_CAPACITY = 64
 
 class ChunkEvent(msgspec.Struct, gc=False):
     """One delivery for one request: this step's ``text`` delta and ``token_ids``; the finish
-    reason on the last one; ``completion_tokens`` so far; logprob/hidden-state ``extras`` if any."""
+    reason on the last one; ``completion_tokens`` so far; logprob/hidden-state ``extras`` if any;
+    the engine's ``cached_tokens`` (prompt tokens from its prefix cache) and ``reasoning_tokens``
+    (output tokens that are reasoning), when it reports them (on the last one at least)."""
 
     rid: str
     token_ids: list[int]
@@ -49,6 +51,8 @@ class ChunkEvent(msgspec.Struct, gc=False):
     text: str
     completion_tokens: int
     extras: Any = None
+    cached_tokens: int = 0
+    reasoning_tokens: int = 0
 
     @property
     def event(self) -> ChunkEvent:
@@ -81,6 +85,8 @@ def _fields(event: ChunkEvent) -> tuple:
         event.text,
         event.completion_tokens,
         event.extras,
+        event.cached_tokens,
+        event.reasoning_tokens,
     )
 
 
@@ -217,6 +223,8 @@ class EgressSink:
                 last.text + item.text,
                 item.completion_tokens,
                 _merge_extras(last.extras, item.extras),
+                item.cached_tokens,
+                item.reasoning_tokens,
             )
         )
         if self._waiter is not None:

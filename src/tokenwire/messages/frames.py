@@ -1,4 +1,4 @@
-"""Engine output frames, byte-compatible with SGLang's scheduler output frames.
+"""Engine output frames, byte-compatible with SGLang's scheduler output frames (two layouts).
 
 Three tags:
 
@@ -25,6 +25,18 @@ token ids (i32); out/in logprob values (f32) and token ids (i32); out/in top-k v
 out/in token-ids logprob values and ids; hidden states (f32) last. Their lengths follow from the
 header and must add up to the data exactly.
 
+SGLang 0.5.23's layout (``LAYOUT_SGLANG_0_5_23``) differs in two ways: token ids are 8-byte
+little-endian (i64), and the header has two more columns after ``tok_lens``, ``cached_tokens``
+(prompt tokens served from the prefix cache) and ``reasoning_tokens`` (output tokens so far that
+are reasoning), then the same 12 optional columns, then trailing columns tokenwire does not use
+(``weight_versions``, modality token counts, ``decode_latencies``, an abort flag): at least 18
+columns in all, so a header of more than 16 reads as this layout. The seed's layout
+(``LAYOUT_SEED``, above) reads as zero cached and reasoning tokens.
+
+Encoding writes raw data columns (``bytes``, ``bytearray``, ``memoryview``: SGLang hands over
+``bytes(array("i", ...))``) as they are; anything else is converted to 4-byte values, or 8-byte
+token ids in SGLang 0.5.23's layout.
+
 Decoding is zero-copy (numpy views into the frame) and all-or-nothing: a malformed frame delivers
 nothing, only the rids its header names, so each of them can be told.
 """
@@ -46,6 +58,9 @@ __all__ = [
     "EGRESS_TAG_ERROR",
     "EGRESS_TAG_RESULT",
     "FAMILIES",
+    "FRAME_LAYOUTS",
+    "LAYOUT_SEED",
+    "LAYOUT_SGLANG_0_5_23",
     "MALFORMED_FRAME",
     "Decoded",
     "FrameEvent",
@@ -61,6 +76,12 @@ EGRESS_TAG_RESULT = 1
 EGRESS_TAG_BATCH = 2
 EGRESS_TAG_ERROR = 3
 
+#: The seed's layout: i32 token ids, 4 to 16 header columns.
+LAYOUT_SEED = "seed"
+#: SGLang 0.5.23's layout: i64 token ids, ``cached_tokens`` and ``reasoning_tokens`` columns.
+LAYOUT_SGLANG_0_5_23 = "sglang-0.5.23"
+FRAME_LAYOUTS = (LAYOUT_SEED, LAYOUT_SGLANG_0_5_23)
+
 #: What every rid of a rejected frame is told.
 MALFORMED_FRAME = "malformed engine output frame"
 
@@ -68,9 +89,12 @@ MALFORMED_FRAME = "malformed engine output frame"
 FAMILIES = ("out_lp", "in_lp", "out_topk", "in_topk", "out_tokid", "in_tokid", "hidden")
 _SIMPLE_FAMILIES = 2  # out_lp, in_lp: one lens column each; the rest are (reqlens, poslens)
 _MAX_COLUMNS = 16
+#: SGLang 0.5.23: rids, finishes, prompt, tok_lens, cached, reasoning, 12 optional columns.
+_MIN_COLUMNS_0_5_23 = 18
 _N_DATA_COLUMNS = 14
 _LEN = struct.Struct("<I")
 _I32 = np.dtype("<i4")
+_I64 = np.dtype("<i8")
 _F32 = np.dtype("<f4")
 
 _encoder = msgspec.msgpack.Encoder()
@@ -80,22 +104,35 @@ _decoder = msgspec.msgpack.Decoder()
 # ---- encoding ------------------------------------------------------------------------------------
 
 
-def _column_bytes(col: Any) -> bytes:
+def _column_bytes(col: Any, ints: np.dtype) -> bytes:
+    if isinstance(col, (bytes, bytearray, memoryview)):
+        return col if isinstance(col, bytes) else bytes(col)  # raw: as it is
     if isinstance(col, np.ndarray):
         if col.dtype.kind == "f":
             return col.astype(_F32, copy=False).tobytes()
-        return col.astype(_I32, copy=False).tobytes()
+        return col.astype(ints, copy=False).tobytes()
     values = list(col)
     if any(isinstance(v, float) for v in values):
         return np.asarray(values, dtype=_F32).tobytes()
-    return np.asarray(values, dtype=_I32).tobytes()
+    return np.asarray(values, dtype=ints).tobytes()
 
 
-def encode_batch_frame(header_cols: Sequence[Any], data_cols: Sequence[Any]) -> bytes:
-    """A batch frame (tag byte included): ``header_cols`` as the msgpack header, ``data_cols``
-    written back to back as 4-byte little-endian values (float columns as f32, others as i32)."""
+def encode_batch_frame(
+    header_cols: Sequence[Any], data_cols: Sequence[Any], *, layout: str = LAYOUT_SEED
+) -> bytes:
+    """A batch frame (tag byte included): ``header_cols`` as the msgpack header (in ``layout``'s
+    column order), ``data_cols`` written back to back: raw columns (bytes-like) as they are, the
+    others as little-endian f32 (float columns) or i32, except the token ids (the first column),
+    i64 in ``LAYOUT_SGLANG_0_5_23``."""
+    if layout not in FRAME_LAYOUTS:
+        raise ValueError(f"layout must be one of {', '.join(FRAME_LAYOUTS)}, got {layout!r}")
+    if layout == LAYOUT_SGLANG_0_5_23 and len(header_cols) < _MIN_COLUMNS_0_5_23:
+        raise ValueError(
+            f"a {layout} header has at least {_MIN_COLUMNS_0_5_23} columns, got {len(header_cols)}"
+        )
     header = _encoder.encode(list(header_cols))
-    data = b"".join(_column_bytes(c) for c in data_cols)
+    id_type = _I64 if layout == LAYOUT_SGLANG_0_5_23 else _I32
+    data = b"".join(_column_bytes(c, id_type if k == 0 else _I32) for k, c in enumerate(data_cols))
     return b"".join((bytes((EGRESS_TAG_BATCH,)), _LEN.pack(len(header)), header, data))
 
 
@@ -142,7 +179,15 @@ def _decode_pair(frame: bytes, tag: int, second: type) -> tuple[str, Any]:
 class FrameEvent:
     """One request's part of a decode step."""
 
-    __slots__ = ("extras", "finish_reason", "prompt_tokens", "rid", "token_ids")
+    __slots__ = (
+        "cached_tokens",
+        "extras",
+        "finish_reason",
+        "prompt_tokens",
+        "reasoning_tokens",
+        "rid",
+        "token_ids",
+    )
 
     def __init__(
         self,
@@ -151,12 +196,17 @@ class FrameEvent:
         finish_reason: FinishReason | None,
         prompt_tokens: int,
         extras: dict[str, Any] | None,
+        cached_tokens: int = 0,
+        reasoning_tokens: int = 0,
     ) -> None:
         self.rid = rid
-        #: This step's token ids (an int32 view into the frame).
+        #: This step's token ids (an int32 or int64 view into the frame).
         self.token_ids = token_ids
         self.finish_reason = finish_reason
         self.prompt_tokens = prompt_tokens
+        #: Prompt tokens served from the prefix cache; output tokens so far that are reasoning.
+        self.cached_tokens = cached_tokens
+        self.reasoning_tokens = reasoning_tokens
         #: None, or per family with values: ``{"values", "ids"}`` (simple families) or
         #: ``{"values", "ids", "poslens"}`` / ``{"values", "poslens"}`` (per-position families).
         self.extras = extras
@@ -172,15 +222,19 @@ class Decoded:
     """A decoded batch frame: columns for the shard, ``events`` per request for everyone else.
 
     ``ok`` is False for a malformed frame; then ``rids`` holds the rids its header named (possibly
-    none) and there are no events.
+    none) and there are no events. ``cached_tokens`` and ``reasoning_tokens`` are empty when the
+    frame does not carry them (all zeros).
     """
 
     __slots__ = (
         "_events",
         "_families",
+        "cached_tokens",
         "finish_reasons",
+        "layout",
         "ok",
         "prompt_tokens",
+        "reasoning_tokens",
         "rids",
         "tok_lens",
         "token_ids",
@@ -195,8 +249,15 @@ class Decoded:
         finish_reasons: list[FinishReason | None] | None = None,
         prompt_tokens: list[int] | None = None,
         families: dict[str, tuple] | None = None,
+        *,
+        layout: str = LAYOUT_SEED,
+        cached_tokens: list[int] | None = None,
+        reasoning_tokens: list[int] | None = None,
     ) -> None:
         self.ok = ok
+        self.layout = layout
+        self.cached_tokens = cached_tokens or []
+        self.reasoning_tokens = reasoning_tokens or []
         self.rids = rids
         self.tok_lens = tok_lens or []
         self.token_ids = token_ids if token_ids is not None else np.empty(0, dtype=_I32)
@@ -204,6 +265,11 @@ class Decoded:
         self.prompt_tokens = prompt_tokens or []
         self._families = families or {}
         self._events: list[FrameEvent] | None = None
+
+    def counts_at(self, i: int) -> tuple[int, int]:
+        """Request ``i``'s ``(cached_tokens, reasoning_tokens)``."""
+        cached = self.cached_tokens[i] if self.cached_tokens else 0
+        return cached, self.reasoning_tokens[i] if self.reasoning_tokens else 0
 
     @property
     def has_extras(self) -> bool:
@@ -242,6 +308,7 @@ class Decoded:
                         self.finish_reasons[i],
                         self.prompt_tokens[i],
                         self.extras_at(i),
+                        *self.counts_at(i),
                     )
                 )
                 pos += n
@@ -263,6 +330,10 @@ _HEADER_TYPES = {
     for k in range(4, _MAX_COLUMNS + 1)
 }
 _decode_header4 = msgspec.msgpack.Decoder(_HEADER_TYPES[4]).decode
+#: SGLang 0.5.23's leading columns: rids, finish reasons, then 16 count columns.
+_HEADER_TYPE_0_5_23 = tuple.__class_getitem__(
+    (list[str], list[Union[dict[str, Any], None]], *([_COUNTS] * (_MIN_COLUMNS_0_5_23 - 2)))  # noqa: UP007
+)
 
 
 def _is_str_list(col: Any) -> bool:
@@ -311,9 +382,23 @@ def decode_batch_frame(frame: bytes | bytearray | memoryview) -> Decoded:
 
 
 def _decode(header: Any, buf: memoryview, start: int, total: int, *, checked: bool) -> Decoded:
-    if not isinstance(header, list) or not 4 <= len(header) <= _MAX_COLUMNS:
+    if not isinstance(header, list) or len(header) < 4:
         raise _Malformed
-    if not checked:
+    layout = LAYOUT_SEED
+    cached: list[int] = []
+    reasoning: list[int] = []
+    if len(header) > _MAX_COLUMNS:
+        # SGLang 0.5.23: the two count columns out, the trailing ones ignored.
+        if len(header) < _MIN_COLUMNS_0_5_23:
+            raise _Malformed
+        try:
+            msgspec.convert(header[:_MIN_COLUMNS_0_5_23], _HEADER_TYPE_0_5_23)
+        except msgspec.ValidationError:
+            raise _Malformed from None
+        layout = LAYOUT_SGLANG_0_5_23
+        cached, reasoning = header[4], header[5]
+        header = header[:4] + header[6:_MIN_COLUMNS_0_5_23]
+    elif not checked:
         try:  # every column's element types in one pass (in C)
             msgspec.convert(header, _HEADER_TYPES[len(header)])
         except msgspec.ValidationError:
@@ -322,6 +407,10 @@ def _decode(header: Any, buf: memoryview, start: int, total: int, *, checked: bo
     n = len(rids)
     if len(finishes) != n or len(prompt_tokens) != n or len(tok_lens) != n:
         raise _Malformed
+    if len(cached) not in (0, n) or len(reasoning) not in (0, n):
+        raise _Malformed
+    id_type = _I64 if layout == LAYOUT_SGLANG_0_5_23 else _I32
+    counts = {"layout": layout, "cached_tokens": cached, "reasoning_tokens": reasoning}
     finish_reasons: list[FinishReason | None] = [None] * n
     if finishes.count(None) != n:
         for i, f in enumerate(finishes):
@@ -330,10 +419,10 @@ def _decode(header: Any, buf: memoryview, start: int, total: int, *, checked: bo
     n_tokens = sum(tok_lens)
     if not any(header[4:]):
         # No logprobs, no hidden states: the data is exactly the token ids.
-        if start + 4 * n_tokens != total:
+        if start + id_type.itemsize * n_tokens != total:
             raise _Malformed
-        ids = np.frombuffer(buf, dtype=_I32, count=n_tokens, offset=start)
-        return Decoded(True, rids, tok_lens, ids, finish_reasons, prompt_tokens)
+        ids = np.frombuffer(buf, dtype=id_type, count=n_tokens, offset=start)
+        return Decoded(True, rids, tok_lens, ids, finish_reasons, prompt_tokens, **counts)
     optional = header[4:] + [[]] * (_MAX_COLUMNS - len(header))
 
     # Column lengths, in data order.
@@ -357,16 +446,16 @@ def _decode(header: Any, buf: memoryview, start: int, total: int, *, checked: bo
         if total_values:
             plans[name] = (reqlens, poslens)
     assert len(lengths) == _N_DATA_COLUMNS
-    if start + 4 * sum(lengths) != total:
+    if start + id_type.itemsize * n_tokens + 4 * sum(lengths[1:]) != total:
         raise _Malformed
 
     # Zero-copy views, cursors laid end to end: no overlap, nothing out of range.
     views: list[np.ndarray] = []
     pos = start
     for k, count in enumerate(lengths):
-        dtype = _I32 if k == 0 or (k <= 12 and k % 2 == 0) else _F32
+        dtype = id_type if k == 0 else _I32 if k <= 12 and k % 2 == 0 else _F32
         views.append(np.frombuffer(buf, dtype=dtype, count=count, offset=pos))
-        pos += 4 * count
+        pos += dtype.itemsize * count
 
     families: dict[str, tuple] = {}
     col = 1
@@ -386,4 +475,6 @@ def _decode(header: Any, buf: memoryview, start: int, total: int, *, checked: bo
             posoff = np.zeros(len(poslens) + 1, dtype=np.int64)
             np.cumsum(poslens, out=posoff[1:])
             families[name] = (offsets.tolist(), cols, np.asarray(poslens), posoff)
-    return Decoded(True, rids, tok_lens, views[0], finish_reasons, prompt_tokens, families)
+    return Decoded(
+        True, rids, tok_lens, views[0], finish_reasons, prompt_tokens, families, **counts
+    )
