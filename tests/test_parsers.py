@@ -316,3 +316,38 @@ def test_markers() -> None:
     # A longer marker that may still complete at the same place wins the wait.
     assert find_marker("x<a", ["<a", "<ab"]) == (1, None)
     assert find_marker("x<a", ["<a", "<ab"], final=True) == (1, "<a")
+
+
+# ---- reasoning, then tool calls, with reasoning tokens counted -----------------------------------
+
+
+@pytest.mark.parametrize("step", [1, 2, 3, 5])
+def test_output_parser_counts_reasoning_tokens(step: int) -> None:
+    from tokenwire.parsers.output import OutputSpec
+
+    tok = real_tokenizer("qwen3")
+    thinking = "<think>\n考虑 🤔 <tool_call>{}</tool_call>\n</think>"
+    text = thinking + "\n\n" + TOOL_CASES["hermes"][0][0]
+    ids = tok.encode(text, add_special_tokens=False)
+    spec = OutputSpec(REASONING_PARSERS["qwen3"], False, TOOL_CALL_PARSERS["hermes"], _ids)
+    parser = spec.new(lambda t: [len(tok.decode([i], False)) for i in t])
+    stream = DecodeStream(tok, [], skip_special_tokens=False)
+    reasoning = content = ""
+    calls = []
+    for k in range(0, len(ids), step):
+        chunk = ids[k : k + step]
+        d = parser.feed("".join(stream.push_token(i) for i in chunk), chunk)
+        reasoning, content, calls = (
+            reasoning + d.reasoning,
+            content + d.content,
+            calls + d.tool_calls,
+        )
+    d = parser.finish()
+    reasoning, content = reasoning + d.reasoning, content + d.content
+    assert parser.reasoning_tokens == len(tok.encode(thinking, add_special_tokens=False))
+    assert reasoning == "\n考虑 🤔 <tool_call>{}</tool_call>\n"
+    assert content == "\n\n" + TOOL_CASES["hermes"][0][1]
+    assert [(c.name, c.arguments) for c in merge_tool_deltas(calls + d.tool_calls)] == [
+        (n, a) for n, a in TOOL_CASES["hermes"][0][2]
+    ]
+    assert parser.called

@@ -9,6 +9,7 @@ import sys
 from collections.abc import Sequence
 
 from tokenwire.messages.sampling import DEFAULT_MAX_STOP_STR_LEN
+from tokenwire.server import features
 
 __all__ = ["main", "build_parser"]
 
@@ -117,6 +118,7 @@ def build_parser() -> argparse.ArgumentParser:
         default=0,
         help="synthetic engine: base seed for output choices (default: %(default)s)",
     )
+    features.add_arguments(serve)
     serve.add_argument(
         "--cpu",
         type=int,
@@ -135,6 +137,10 @@ def build_parser() -> argparse.ArgumentParser:
 def _serve(args: argparse.Namespace) -> int:
     if args.max_stop_str_len < 1:
         raise SystemExit("tokenwire: --max-stop-str-len must be at least 1")
+    try:
+        output_features = features.from_args(args)
+    except ValueError as exc:
+        raise SystemExit(f"tokenwire: {exc}") from None
     import uvicorn
 
     from tokenwire.engine.synthetic import SyntheticConfig, SyntheticEngine
@@ -171,6 +177,7 @@ def _serve(args: argparse.Namespace) -> int:
             model_name=name,
             max_concurrent_requests=args.max_concurrent_requests,
             limits=RequestLimits(max_stop_str_len=args.max_stop_str_len),
+            features=output_features,
         ),
     )
     print(

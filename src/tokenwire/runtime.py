@@ -18,7 +18,12 @@ import logging
 import time
 from dataclasses import dataclass
 
-from tokenwire.engine import Engine, EngineRequest, supports_stop_token_sequences
+from tokenwire.engine import (
+    Engine,
+    EngineRequest,
+    supports_stop_token_sequences,
+    supports_structured_outputs,
+)
 from tokenwire.messages.egress import EgressSink
 from tokenwire.messages.errors import (
     InternalError,
@@ -36,6 +41,7 @@ from tokenwire.messages.frames import (
     decode_result_frame,
 )
 from tokenwire.server import api
+from tokenwire.server.features import Features
 from tokenwire.server.metrics import Metrics
 from tokenwire.shard import DetokShard
 from tokenwire.tokenizer import Tokenizer
@@ -56,6 +62,8 @@ class ServerConfig:
     max_concurrent_requests: int = 1024
     sink_capacity: int = 64
     limits: api.RequestLimits = dataclasses.field(default_factory=api.RequestLimits)
+    #: Output parsing and the other OpenAI features (reasoning, tool calls...).
+    features: Features = dataclasses.field(default_factory=Features)
 
 
 class Runtime:
@@ -65,6 +73,10 @@ class Runtime:
         self.tokenizer = tokenizer
         self.engine = engine
         self.config = config
+        #: The server's features, with what the engine can do.
+        self.features = dataclasses.replace(
+            config.features, structured_outputs=supports_structured_outputs(engine)
+        )
         self.shard = DetokShard(self._abort_in_engine)
         self.metrics = Metrics()
         self._ids = itertools.count()

@@ -17,11 +17,17 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Protocol, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
 from tokenwire.messages.sampling import SamplingParams
 
-__all__ = ["EngineRequest", "Engine", "OutputCallback", "supports_stop_token_sequences"]
+__all__ = [
+    "EngineRequest",
+    "Engine",
+    "OutputCallback",
+    "supports_stop_token_sequences",
+    "supports_structured_outputs",
+]
 
 #: Receives every frame an engine emits (batch, error or result frames, tag byte first).
 OutputCallback = Callable[[bytes], None]
@@ -59,8 +65,19 @@ class Engine(Protocol):
     def alive(self) -> bool:
         """Whether the engine can serve."""
 
+    # Optional capability (read with ``supports_structured_outputs``, default False):
+    # ``supports_structured_outputs: bool`` -- the engine constrains decoding to the
+    # ``SamplingParams`` fields ``json_schema``, ``regex``, ``ebnf`` and ``structural_tag``.
+    # Without it the frontend refuses those requests with a 400 instead of answering them
+    # unconstrained.
+
 
 def supports_stop_token_sequences(engine: object) -> bool:
     """Whether ``engine`` matches stop token sequences itself (an optional engine attribute,
     ``supports_stop_token_sequences``; False when absent)."""
     return getattr(engine, "supports_stop_token_sequences", False) is True
+
+
+def supports_structured_outputs(engine: Any) -> bool:
+    """Whether ``engine`` declares that it constrains decoding (structured outputs)."""
+    return getattr(engine, "supports_structured_outputs", False) is True

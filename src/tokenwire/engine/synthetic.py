@@ -148,6 +148,9 @@ class _Seq:
 class SyntheticEngine:
     """The engine; see the module docstring."""
 
+    #: It samples no model: it cannot constrain decoding to a schema or grammar.
+    supports_structured_outputs = False
+
     def __init__(self, tokenizer: Tokenizer, config: SyntheticConfig | None = None) -> None:
         self.tokenizer = tokenizer
         self.config = config or SyntheticConfig()

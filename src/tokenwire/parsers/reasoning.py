@@ -63,6 +63,11 @@ class ReasoningParser:
         self._consumed = 0
 
     @property
+    def decided(self) -> bool:
+        """Whether the start of the output has told reasoning from answer."""
+        return self._state != _START
+
+    @property
     def in_reasoning(self) -> bool:
         """Whether the text fed so far is (still) thinking."""
         return self._state == _REASONING or (self._state == _START and self._implicit)

@@ -20,7 +20,10 @@ import msgspec
 from tokenwire.messages.errors import ModelNotFoundError, TokenwireError, ValidationError, quote
 from tokenwire.messages.finish_reason import FinishReason
 from tokenwire.messages.sampling import DEFAULT_MAX_STOP_STR_LEN, SamplingParams
+from tokenwire.parsers.output import OutputSpec
 from tokenwire.server.chat import check_tools, normalize_messages, render_chat, template_roles
+from tokenwire.server.features import DEFAULT_FEATURES, Features, output_spec
+from tokenwire.server.templates import chat_template_for, shape_messages
 from tokenwire.tokenizer import Tokenizer
 
 __all__ = [
@@ -65,6 +68,10 @@ class Plan:
     continuous_usage: bool = False
     #: vLLM's ``return_tokens_as_token_ids``: logprob tokens as ``"token_id:{id}"``.
     return_tokens_as_token_ids: bool = False
+    #: Chat: how outputs are parsed (reasoning, tool calls), None for plain text.
+    output: OutputSpec | None = None
+    #: Chat: the message/delta keys the reasoning text goes under.
+    reasoning_fields: tuple[str, ...] = ("reasoning",)
     id: str = field(default_factory=lambda: uuid.uuid4().hex)
     created: int = field(default_factory=lambda: int(time.time()))
 
@@ -117,7 +124,6 @@ _DEFAULT_ONLY = {
     "echo": (None, False),
     "suffix": (None, ""),
     "best_of": (None, 1),
-    "tool_choice": (None, "none", "auto"),
     "parallel_tool_calls": (None, True, False),
     "response_format": (None, {"type": "text"}),
     "modalities": (None, ["text"]),
@@ -399,9 +405,10 @@ _COMPLETION_KEYS = (
 _CHAT_KEYS = (_COMPLETION_KEYS - {"prompt", "suffix", "best_of"}) | {
     "messages",
     "tools",
+    "tool_choice",
+    "chat_template",
     "add_generation_prompt",
     "continue_final_message",
-    "chat_template",
     "chat_template_kwargs",
     "reasoning_effort",
 }
@@ -439,7 +446,12 @@ def parse_completion(
 
 
 def parse_chat(
-    body: Any, tok: Tokenizer, model: str, *, limits: RequestLimits = DEFAULT_LIMITS
+    body: Any,
+    tok: Tokenizer,
+    model: str,
+    *,
+    limits: RequestLimits = DEFAULT_LIMITS,
+    features: Features = DEFAULT_FEATURES,
 ) -> Plan:
     """``/v1/chat/completions``: the conversation rendered with the tokenizer's template."""
     if not isinstance(body, dict):
@@ -449,17 +461,25 @@ def parse_chat(
     _check_defaults(body)
     if "messages" not in body:
         raise ValidationError("messages is required", param="messages")
-    messages = normalize_messages(body["messages"], roles=template_roles(tok.chat_template))
+    template = chat_template_for(
+        body,
+        tok.chat_template,
+        features.chat_template,
+        trust_request=features.trust_request_chat_template,
+    )
+    messages = normalize_messages(body["messages"], roles=template_roles(template))
+    shape_messages(messages, features.chat_template_content_format, template)
     stream, include_usage, continuous = _stream_flags(body)
     n = _n(body)
     _check_choices(n)
     extras = _openai_extras(body)
+    options = chat_template_options(body)
     text = render_chat(
-        tok.chat_template,
+        template,
         messages,
         bos_token=tok.bos_token,
         eos_token=tok.eos_token,
-        **chat_template_options(body),
+        **options,
     )
     ids = tok.encode(text, add_special_tokens=False)
     if not ids:
@@ -467,6 +487,11 @@ def parse_chat(
     prompts = [ids]
     _truncate(prompts, body, tok)
     params = _params(body, tok, prompts, None, "messages", limits)
+    spec = output_spec(body, features, text, options["extra"])
+    tools_cls = spec.tools if spec is not None else None
+    special = tools_cls is not None and tools_cls.needs_special_tokens
+    if special and body.get("skip_special_tokens") is None:  # the call markup is special tokens
+        params.skip_special_tokens = False
     return Plan(
         "chat",
         prompts,
@@ -476,6 +501,8 @@ def parse_chat(
         include_usage,
         model,
         continuous_usage=continuous,
+        output=spec,
+        reasoning_fields=features.reasoning_fields(),
         **extras,
     )
 
@@ -483,8 +510,8 @@ def parse_chat(
 def chat_template_options(body: Mapping[str, Any]) -> dict[str, Any]:
     """``render_chat`` keyword arguments from a chat request: ``add_generation_prompt``,
     ``continue_final_message``, ``tools``, ``chat_template_kwargs`` and ``reasoning_effort``
-    (passed to the template as vLLM does). A per-request ``chat_template`` is refused, as vLLM
-    refuses it unless told to trust request templates."""
+    (passed to the template as vLLM does). Which template renders is ``chat_template_for``'s
+    business."""
 
     def flag(name: str) -> bool | None:
         value = body.get(name)
@@ -498,12 +525,6 @@ def chat_template_options(body: Mapping[str, Any]) -> dict[str, Any]:
         raise ValidationError(
             "set at most one of continue_final_message and add_generation_prompt",
             param="continue_final_message",
-        )
-    if body.get("chat_template") is not None:
-        raise ValidationError(
-            "a per-request chat_template is not accepted: this server renders with the "
-            "model's own template",
-            param="chat_template",
         )
     kwargs = body.get("chat_template_kwargs") or {}
     if not isinstance(kwargs, dict):
@@ -693,12 +714,19 @@ def sse(obj: Any) -> bytes:
 SSE_DONE = b"data: [DONE]\n\n"
 
 
-def usage(prompt_tokens: int, completion_tokens: int) -> dict[str, int]:
-    return {
+def usage(
+    prompt_tokens: int, completion_tokens: int, reasoning_tokens: int | None = None
+) -> dict[str, Any]:
+    """OpenAI's usage object (``completion_tokens_details.reasoning_tokens`` when the server
+    parses reasoning)."""
+    out: dict[str, Any] = {
         "prompt_tokens": prompt_tokens,
         "completion_tokens": completion_tokens,
         "total_tokens": prompt_tokens + completion_tokens,
     }
+    if reasoning_tokens is not None:
+        out["completion_tokens_details"] = {"reasoning_tokens": reasoning_tokens}
+    return out
 
 
 def finish_fields(fr: FinishReason | None, eos: tuple[int, ...]) -> tuple[str | None, Any]:
@@ -757,24 +785,41 @@ class ChunkWriter:
         tail = self._usage_tail(index, 0) if self._continuous else self._tail
         return b"data: " + self._head + str(index).encode() + body + tail
 
-    def final(
-        self, index: int, text: str, fr: FinishReason | None, completion_tokens: int = 0
-    ) -> bytes:
-        """The chunk that ends a choice."""
-        reason, stop_reason = finish_fields(fr, self.eos)
-        delta = {"content": text} if text else {}
-        payload = ({"delta": delta} if self._chat else {"text": text}) | {
-            "logprobs": None,
-            "finish_reason": reason,
-            "stop_reason": stop_reason,
-        }
+    def chunk(self, index: int, payload: dict[str, Any], completion_tokens: int = 0) -> bytes:
+        """A chunk for choice ``index`` with the given fields (``delta`` or ``text``,
+        ``logprobs``, ``finish_reason``...); ``completion_tokens`` of the choice so far matter
+        only with continuous usage."""
         body = b"," + _json.encode(payload)[1:-1] + b"}]"
         tail = self._usage_tail(index, completion_tokens) if self._continuous else self._tail
         return b"data: " + self._head + str(index).encode() + body + tail
 
-    def usage(self, prompt_tokens: int, completion_tokens: int) -> bytes:
+    def final(
+        self,
+        index: int,
+        text: str,
+        fr: FinishReason | None,
+        completion_tokens: int = 0,
+        *,
+        delta: dict[str, Any] | None = None,
+        reason: str | None = None,
+    ) -> bytes:
+        """The chunk that ends a choice (chat: ``delta`` replaces the plain content delta;
+        ``reason`` overrides the finish reason, as ``tool_calls`` does)."""
+        finish, stop_reason = finish_fields(fr, self.eos)
+        if delta is None:
+            delta = {"content": text} if text else {}
+        payload = ({"delta": delta} if self._chat else {"text": text}) | {
+            "logprobs": None,
+            "finish_reason": reason or finish,
+            "stop_reason": stop_reason,
+        }
+        return self.chunk(index, payload, completion_tokens)
+
+    def usage(
+        self, prompt_tokens: int, completion_tokens: int, reasoning_tokens: int | None = None
+    ) -> bytes:
         """The last chunk when ``include_usage``: no choices, the usage."""
         return sse(
             self.plan.openai_head(chunk=True)
-            | {"choices": [], "usage": usage(prompt_tokens, completion_tokens)}
+            | {"choices": [], "usage": usage(prompt_tokens, completion_tokens, reasoning_tokens)}
         )

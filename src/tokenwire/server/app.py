@@ -31,6 +31,7 @@ from tokenwire.messages.errors import (
 )
 from tokenwire.runtime import Runtime, ServerConfig
 from tokenwire.server import api
+from tokenwire.server.chat_output import ChoiceOutput
 from tokenwire.server.guard import guarded
 from tokenwire.server.metrics import Metrics
 from tokenwire.tokenizer import Tokenizer
@@ -212,8 +213,18 @@ class App:
         rt = self.runtime
         try:
             body = await _read_json(receive)
-            parse = api.parse_chat if route == "chat" else api.parse_completion
-            plan = parse(body, rt.tokenizer, rt.config.model_name, limits=rt.config.limits)
+            if route == "chat":
+                plan = api.parse_chat(
+                    body,
+                    rt.tokenizer,
+                    rt.config.model_name,
+                    limits=rt.config.limits,
+                    features=rt.features,
+                )
+            else:
+                plan = api.parse_completion(
+                    body, rt.tokenizer, rt.config.model_name, limits=rt.config.limits
+                )
             subs = rt.submit(plan)
         except ClientDisconnected:
             return
@@ -412,11 +423,19 @@ async def _collect_openai(
     if not isinstance(got, _Gathered):
         return got
     choices = []
+    reasoning_tokens = None if plan.output is None or not plan.output.reasoning else 0
     for index, done in enumerate(got.finals):
         reason, stop_reason = api.finish_fields(done.finish_reason, eos)
         text = "".join(got.texts[index])
         choice: dict[str, Any] = {"index": index}
-        if plan.route == "chat":
+        if plan.route == "chat" and plan.output is not None:
+            parsed = ChoiceOutput(plan.output, rt.tokenizer, plan.reasoning_fields)
+            choice["message"] = parsed.message(text, got.ids[index])
+            if parsed.called and reason == "stop":
+                reason = "tool_calls"
+            if reasoning_tokens is not None:
+                reasoning_tokens += parsed.reasoning_tokens
+        elif plan.route == "chat":
             choice["message"] = {"role": "assistant", "content": text}
         else:
             choice["text"] = text
@@ -426,7 +445,7 @@ async def _collect_openai(
     completion_tokens = sum(done.completion_tokens for done in got.finals)
     return 200, plan.openai_head(chunk=False) | {
         "choices": choices,
-        "usage": api.usage(prompt_tokens, completion_tokens),
+        "usage": api.usage(prompt_tokens, completion_tokens, reasoning_tokens),
     }
 
 
@@ -466,6 +485,10 @@ class _OpenAIStreamer(_Streamer):
         self.plan = plan
         self.writer = api.ChunkWriter(plan, eos)
         self.completion_tokens = 0
+        self.parsed: list[ChoiceOutput] | None = None
+        if plan.route == "chat" and plan.output is not None:
+            spec, fields = plan.output, plan.reasoning_fields
+            self.parsed = [ChoiceOutput(spec, rt.tokenizer, fields) for _ in subs]
 
     def head(self) -> bytes:
         if self.plan.route == "chat":
@@ -476,9 +499,16 @@ class _OpenAIStreamer(_Streamer):
         self.tracker.chunk()
         writer = self.writer
         out: list[bytes] = []
+        parsed = self.parsed
         for index, item in batch:
             if isinstance(item, Frame):
-                if item.text:
+                if parsed is not None:
+                    delta = parsed[index].delta(item.text, item.token_ids)
+                    if delta:
+                        out.append(
+                            writer.chunk(index, _delta_fields(delta), item.completion_tokens)
+                        )
+                elif item.text:
                     out.append(writer.delta(index, item.text, item.completion_tokens))
                 continue
             if isinstance(item, Error):
@@ -486,13 +516,39 @@ class _OpenAIStreamer(_Streamer):
                 break
             self.open.discard(index)
             self.completion_tokens += item.completion_tokens
-            out.append(writer.final(index, item.text, item.finish_reason, item.completion_tokens))
+            if parsed is not None:
+                choice = parsed[index]
+                delta = choice.final(item.text, item.token_ids)
+                reason = "tool_calls" if choice.called else None
+                if reason and item.finish_reason and item.finish_reason.kind != "stop":
+                    reason = None  # length, abort: said as they are
+                out.append(
+                    writer.final(
+                        index,
+                        item.text,
+                        item.finish_reason,
+                        item.completion_tokens,
+                        delta=delta,
+                        reason=reason,
+                    )
+                )
+            else:
+                out.append(
+                    writer.final(index, item.text, item.finish_reason, item.completion_tokens)
+                )
             if not self.open:
                 plan = self.plan
                 if plan.include_usage:
-                    out.append(writer.usage(plan.prompt_tokens, self.completion_tokens))
+                    reasoning = None
+                    if parsed is not None and plan.output and plan.output.reasoning:
+                        reasoning = sum(c.reasoning_tokens for c in parsed)
+                    out.append(writer.usage(plan.prompt_tokens, self.completion_tokens, reasoning))
                 out.append(api.SSE_DONE)
         return b"".join(out)
+
+
+def _delta_fields(delta: dict[str, Any]) -> dict[str, Any]:
+    return {"delta": delta, "logprobs": None, "finish_reason": None}
 
 
 async def _collect_generate(rt: Runtime, plan: api.Plan, subs: Subs) -> tuple[int, Any]:

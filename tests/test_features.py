@@ -1,0 +1,84 @@
+"""Server options about model output, and what a chat request gets from them."""
+
+from __future__ import annotations
+
+import pytest
+
+from tokenwire.messages.errors import ValidationError
+from tokenwire.server.features import Features, output_spec, tool_names
+from tokenwire.server.templates import (
+    chat_template_for,
+    detect_content_format,
+    load_chat_template,
+)
+
+TOOLS = [{"type": "function", "function": {"name": "f", "parameters": {"type": "object"}}}]
+AUTO = Features(tool_call_parser="hermes", enable_auto_tool_choice=True)
+
+
+def test_features_check_their_options() -> None:
+    for bad in (
+        {"reasoning_parser": "nope"},
+        {"tool_call_parser": "nope"},
+        {"reasoning_field": "thoughts"},
+        {"enable_auto_tool_choice": True},
+        {"chat_template_content_format": "html"},
+    ):
+        with pytest.raises(ValueError):
+            Features(**bad)
+    assert Features(reasoning_field="both").reasoning_fields() == ("reasoning", "reasoning_content")
+
+
+def test_tool_choice_and_parsers() -> None:
+    assert output_spec({}, AUTO, "", {}) is None  # no tools: plain text
+    spec = output_spec({"tools": TOOLS}, AUTO, "", {})
+    assert spec is not None and spec.tools is not None and spec.tools.name == "hermes"
+    assert output_spec({"tools": TOOLS, "tool_choice": "none"}, AUTO, "", {}) is None
+    # Tools without --enable-auto-tool-choice: rendered for the model, not parsed.
+    assert output_spec({"tools": TOOLS}, Features(), "", {}) is None
+    for body, says in (
+        ({"tools": TOOLS, "tool_choice": "auto"}, "--enable-auto-tool-choice"),
+        ({"tool_choice": "auto"}, "needs tools"),
+        ({"tools": TOOLS, "tool_choice": "required"}, "structured output"),
+        ({"tools": TOOLS, "tool_choice": "sometimes"}, "must be"),
+        ({"tools": TOOLS, "tool_choice": {"type": "function"}}, "must be"),
+    ):
+        features = Features() if "enable" in says else AUTO
+        with pytest.raises(ValidationError) as exc:
+            output_spec(body, features, "", {})
+        assert exc.value.param == "tool_choice" and says in exc.value.detail
+
+
+def test_tool_names() -> None:
+    assert tool_names(TOOLS) == ["f"]
+    for bad in ("f", [{"type": "function"}], [{"type": "code", "function": {"name": "f"}}]):
+        with pytest.raises(ValidationError) as exc:
+            tool_names(bad)
+        assert exc.value.param == "tools"
+
+
+def test_reasoning_spec() -> None:
+    features = Features(reasoning_parser="qwen3")
+    spec = output_spec({}, features, "<|im_start|>assistant\n<think>\n", {})
+    assert spec is not None and spec.prompt_in_reasoning
+    spec = output_spec({}, features, "<|im_start|>assistant\n", {})
+    assert spec is not None and not spec.prompt_in_reasoning
+    assert output_spec({}, features, "", {"enable_thinking": False}) is None
+    assert output_spec({}, features, "", {"thinking": False}) is None
+
+
+def test_chat_templates(tmp_path) -> None:
+    path = tmp_path / "t.jinja"
+    path.write_text("{{ messages }}")
+    assert load_chat_template(str(path)) == "{{ messages }}"
+    assert load_chat_template("{% if x %}{% endif %}") == "{% if x %}{% endif %}"
+    with pytest.raises(ValueError):
+        load_chat_template(str(tmp_path / "missing.jinja"))
+    assert detect_content_format("{% for p in message['content'] %}{% endfor %}") == "openai"
+    assert detect_content_format("{{ message.content }}") == "string"
+    assert chat_template_for({}, "tok", "server", trust_request=False) == "server"
+    assert chat_template_for({}, "tok", None, trust_request=False) == "tok"
+    assert chat_template_for({"chat_template": "own"}, "tok", None, trust_request=True) == "own"
+    with pytest.raises(ValidationError) as exc:
+        chat_template_for({"chat_template": "own"}, "tok", None, trust_request=False)
+    assert exc.value.param == "chat_template"
