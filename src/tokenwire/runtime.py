@@ -32,6 +32,7 @@ from tokenwire.messages.errors import (
     TokenwireError,
     ValidationError,
 )
+from tokenwire.messages.finish_reason import FinishReason
 from tokenwire.messages.frames import (
     EGRESS_TAG_BATCH,
     EGRESS_TAG_ERROR,
@@ -201,6 +202,17 @@ class Runtime:
         if sink is not None:
             sink.close()
         self.metrics.in_flight.set(len(self.shard))
+
+    def abort_requests(self, rid: str, *, abort_all: bool = False) -> int:
+        """SGLang's ``/abort_request``: end request ``rid`` (every choice of it: engine ids
+        ``rid`` and ``rid-*``), or every request, with finish reason ``abort``; its client gets
+        that final answer. Returns how many engine requests ended."""
+        prefix = rid + "-"
+        hits = [r for r in self.shard.live_rids() if abort_all or r == rid or r.startswith(prefix)]
+        reason = FinishReason.abort("aborted by /abort_request", status_code=None)
+        ended = sum(self.shard.end_aborted(r, reason) for r in hits)
+        self.metrics.in_flight.set(len(self.shard))
+        return ended
 
     def finished(self) -> None:
         self.metrics.in_flight.set(len(self.shard))

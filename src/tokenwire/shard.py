@@ -296,6 +296,19 @@ class DetokShard:
         self._engine_abort(rid)
         return True
 
+    def end_aborted(self, rid: str, reason: FinishReason) -> bool:
+        """End a live request now with an abort ``reason`` (an operator's abort): its sink gets
+        a final ``Done`` (text still held back for a possible stop match is dropped), the engine
+        an abort. Returns whether it was live."""
+        st = self._reqs.get(rid)
+        if st is None:
+            return False
+        ntok = int(self._ntok[st.sid])
+        self._forget(st)
+        self._engine_abort(rid)
+        st.sink.send_final(Done(rid, [], reason, 0, "", ntok))
+        return True
+
     def _forget(self, st: _Req) -> None:
         if self._reqs.pop(st.rid, None) is None:
             return

@@ -34,6 +34,7 @@ __all__ = [
     "parse_generate",
     "error_body",
     "check_model",
+    "warn_unknown_fields",
     "DEFAULT_COMPLETION_MAX_TOKENS",
 ]
 
@@ -163,7 +164,7 @@ def check_model(requested: Any, served: str) -> None:
     )
 
 
-def _check_keys(body: Mapping[str, Any], allowed: set[str]) -> None:
+def warn_unknown_fields(body: Mapping[str, Any], allowed: set[str]) -> None:
     """Fields tokenwire does not know are ignored (vLLM's policy), and logged once per name."""
     for key in body:
         if key not in allowed:
@@ -421,7 +422,7 @@ def parse_completion(
     if not isinstance(body, dict):
         raise ValidationError("the request body must be a JSON object", param=None)
     check_model(body.get("model"), model)
-    _check_keys(body, _COMPLETION_KEYS)
+    warn_unknown_fields(body, _COMPLETION_KEYS)
     _check_defaults(body)
     if "prompt" not in body:
         raise ValidationError("prompt is required", param="prompt")
@@ -457,7 +458,7 @@ def parse_chat(
     if not isinstance(body, dict):
         raise ValidationError("the request body must be a JSON object", param=None)
     check_model(body.get("model"), model)
-    _check_keys(body, _CHAT_KEYS)
+    warn_unknown_fields(body, _CHAT_KEYS)
     _check_defaults(body)
     if "messages" not in body:
         raise ValidationError("messages is required", param="messages")
@@ -573,7 +574,7 @@ def parse_generate(
     ``rid`` (one or a batch)."""
     if not isinstance(body, dict):
         raise ValidationError("the request body must be a JSON object", param=None)
-    _check_keys(body, _GENERATE_KEYS)
+    warn_unknown_fields(body, _GENERATE_KEYS)
     for key in ("return_logprob", "image_data", "lora_path"):
         if body.get(key):
             raise ValidationError(f"{key} is not supported by this server", param=key)

@@ -30,7 +30,7 @@ from tokenwire.messages.errors import (
     ValidationError,
 )
 from tokenwire.runtime import Runtime, ServerConfig
-from tokenwire.server import api
+from tokenwire.server import api, utility
 from tokenwire.server.chat_output import ChoiceOutput
 from tokenwire.server.guard import guarded
 from tokenwire.server.metrics import Metrics
@@ -155,7 +155,24 @@ class App:
             ("GET", "/v1/models"): self._models,
             ("GET", "/health"): self._health,
             ("GET", "/metrics"): self._metrics,
+            # vLLM's and SGLang's utility routes
+            ("POST", "/tokenize"): self._tokenize,
+            ("POST", "/detokenize"): self._detokenize,
+            ("GET", "/version"): self._version,
+            ("GET", "/ping"): self._health,
+            ("POST", "/ping"): self._health,
+            ("GET", "/get_model_info"): self._model_info,
+            ("GET", "/get_server_info"): self._server_info,
+            ("POST", "/abort_request"): self._abort_request,
         }
+        tok = runtime.tokenizer
+        self._facts = utility.ServerFacts(
+            model=runtime.config.model_name,
+            tokenizer=tok.name,
+            max_model_len=tok.max_model_len,
+            max_concurrent_requests=runtime.config.max_concurrent_requests,
+            engine=type(runtime.engine).__name__,
+        )
 
     async def __call__(self, scope: dict, receive: Any, send: Any) -> None:
         kind = scope["type"]
@@ -354,6 +371,49 @@ class App:
             await _respond(send, 200, b'{"status":"ok"}')
         else:
             await self._error(send, QueueFullError("the engine is not running"), "health")
+
+    async def _json_route(self, receive: Any, send: Any, route: str, answer: Any) -> None:
+        """A small JSON route: ``answer(body)`` for the request's JSON body (None for a GET)."""
+        try:
+            out = answer(await _read_json(receive) if receive is not None else None)
+        except ClientDisconnected:
+            return
+        except TokenwireError as err:
+            await self._error(send, err, route)
+            return
+        self.runtime.metrics.requests.labels(route, "200").inc()
+        await _respond(send, 200, api.encode(out))
+
+    async def _tokenize(self, receive: Any, send: Any) -> None:
+        tok, model = self.runtime.tokenizer, self.runtime.config.model_name
+        await self._json_route(
+            receive, send, "tokenize", lambda body: utility.tokenize(body, tok, model)
+        )
+
+    async def _detokenize(self, receive: Any, send: Any) -> None:
+        tok, model = self.runtime.tokenizer, self.runtime.config.model_name
+        await self._json_route(
+            receive, send, "detokenize", lambda body: utility.detokenize(body, tok, model)
+        )
+
+    async def _version(self, receive: Any, send: Any) -> None:
+        await self._json_route(None, send, "version", lambda _: utility.version())
+
+    async def _model_info(self, receive: Any, send: Any) -> None:
+        await self._json_route(None, send, "info", lambda _: utility.model_info(self._facts))
+
+    async def _server_info(self, receive: Any, send: Any) -> None:
+        running = len(self.runtime.shard)
+        await self._json_route(
+            None, send, "info", lambda _: utility.server_info(self._facts, running)
+        )
+
+    async def _abort_request(self, receive: Any, send: Any) -> None:
+        def abort(body: Any) -> dict[str, Any]:
+            req = utility.parse_abort(body)
+            return {"aborted": self.runtime.abort_requests(req.rid, abort_all=req.abort_all)}
+
+        await self._json_route(receive, send, "abort", abort)
 
     async def _metrics(self, receive: Any, send: Any) -> None:
         body = generate_latest(self.runtime.metrics.registry)
