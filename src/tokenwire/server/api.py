@@ -462,26 +462,11 @@ def parse_chat(
     _check_defaults(body)
     if "messages" not in body:
         raise ValidationError("messages is required", param="messages")
-    template = chat_template_for(
-        body,
-        tok.chat_template,
-        features.chat_template,
-        trust_request=features.trust_request_chat_template,
-    )
-    messages = normalize_messages(body["messages"], roles=template_roles(template))
-    shape_messages(messages, features.chat_template_content_format, template)
+    text, options = render_conversation(body, tok, features)
     stream, include_usage, continuous = _stream_flags(body)
     n = _n(body)
     _check_choices(n)
     extras = _openai_extras(body)
-    options = chat_template_options(body)
-    text = render_chat(
-        template,
-        messages,
-        bos_token=tok.bos_token,
-        eos_token=tok.eos_token,
-        **options,
-    )
     ids = tok.encode(text, add_special_tokens=False)
     if not ids:
         raise ValidationError("the rendered conversation is empty", param="messages")
@@ -506,6 +491,26 @@ def parse_chat(
         reasoning_fields=features.reasoning_fields(),
         **extras,
     )
+
+
+def render_conversation(
+    body: Mapping[str, Any], tok: Tokenizer, features: Features = DEFAULT_FEATURES
+) -> tuple[str, dict[str, Any]]:
+    """A chat request's ``messages`` rendered with the template it gets (its prompt text), and
+    the ``render_chat`` options used."""
+    template = chat_template_for(
+        body,
+        tok.chat_template,
+        features.chat_template,
+        trust_request=features.trust_request_chat_template,
+    )
+    messages = normalize_messages(body["messages"], roles=template_roles(template))
+    shape_messages(messages, features.chat_template_content_format, template)
+    options = chat_template_options(body)
+    text = render_chat(
+        template, messages, bos_token=tok.bos_token, eos_token=tok.eos_token, **options
+    )
+    return text, options
 
 
 def chat_template_options(body: Mapping[str, Any]) -> dict[str, Any]:

@@ -385,9 +385,10 @@ class App:
         await _respond(send, 200, api.encode(out))
 
     async def _tokenize(self, receive: Any, send: Any) -> None:
-        tok, model = self.runtime.tokenizer, self.runtime.config.model_name
+        rt = self.runtime
+        tok, model = rt.tokenizer, rt.config.model_name
         await self._json_route(
-            receive, send, "tokenize", lambda body: utility.tokenize(body, tok, model)
+            receive, send, "tokenize", lambda body: utility.tokenize(body, tok, model, rt.features)
         )
 
     async def _detokenize(self, receive: Any, send: Any) -> None:

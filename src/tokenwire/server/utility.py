@@ -11,8 +11,8 @@ from typing import Any
 
 from tokenwire import __version__
 from tokenwire.messages.errors import ValidationError
-from tokenwire.server.api import chat_template_options, check_model, warn_unknown_fields
-from tokenwire.server.chat import normalize_messages, render_chat, template_roles
+from tokenwire.server.api import check_model, render_conversation, warn_unknown_fields
+from tokenwire.server.features import DEFAULT_FEATURES, Features
 from tokenwire.tokenizer import Tokenizer
 
 __all__ = [
@@ -55,9 +55,11 @@ def _flag(body: Mapping[str, Any], name: str, default: bool) -> bool:
     return value
 
 
-def tokenize(body: Any, tok: Tokenizer, model: str) -> dict[str, Any]:
+def tokenize(
+    body: Any, tok: Tokenizer, model: str, features: Features = DEFAULT_FEATURES
+) -> dict[str, Any]:
     """vLLM's ``/tokenize``: ``prompt`` (special tokens added by default) or ``messages``
-    (rendered with the chat template; no special tokens added by default) ->
+    (rendered as ``/v1/chat/completions`` renders them; no special tokens added by default) ->
     ``{"count", "max_model_len", "tokens", "token_strs"}``."""
     body = _object(body)
     check_model(body.get("model"), model)
@@ -65,14 +67,7 @@ def tokenize(body: Any, tok: Tokenizer, model: str) -> dict[str, Any]:
     warn_unknown_fields(body, _TOKENIZE_CHAT_KEYS if chat else _TOKENIZE_KEYS)
     add_special = _flag(body, "add_special_tokens", not chat)
     if chat:
-        messages = normalize_messages(body["messages"], roles=template_roles(tok.chat_template))
-        text = render_chat(
-            tok.chat_template,
-            messages,
-            bos_token=tok.bos_token,
-            eos_token=tok.eos_token,
-            **chat_template_options(body),
-        )
+        text, _ = render_conversation(body, tok, features)
     else:
         text = body.get("prompt")
         if not isinstance(text, str):
