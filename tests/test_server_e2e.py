@@ -325,6 +325,9 @@ def test_generate_native(echo):
         "finish_reason": {"type": "length", "length": 5},
         "prompt_tokens": len(ids),
         "completion_tokens": 5,
+        "cached_tokens": 0,
+        "reasoning_tokens": 0,
+        "matched_stop": None,
     }
     with httpx.stream(
         "POST",

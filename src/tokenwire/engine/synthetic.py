@@ -31,7 +31,13 @@ import numpy as np
 
 from tokenwire.engine import EngineRequest, OutputCallback
 from tokenwire.messages.errors import QueueFullError
-from tokenwire.messages.frames import encode_batch_frame, encode_error_frame
+from tokenwire.messages.frames import (
+    FRAME_LAYOUTS,
+    LAYOUT_SEED,
+    LAYOUT_SGLANG_0_5_23,
+    encode_batch_frame,
+    encode_error_frame,
+)
 from tokenwire.messages.sampling import MAX_STOP_TOKEN_SEQUENCE_LEN
 
 if TYPE_CHECKING:
@@ -71,6 +77,11 @@ class SyntheticConfig:
     #: Match stop token sequences (lists in ``stop_token_ids``) here; if False, the frontend
     #: does (as for an engine that cannot).
     stop_token_sequences: bool = True
+    #: The layout of its batch frames (``tokenwire.messages.frames.FRAME_LAYOUTS``); SGLang
+    #: 0.5.23's carries ``cached_tokens`` and ``reasoning_tokens``.
+    frame_layout: str = LAYOUT_SEED
+    #: Prompt tokens reported as served from a prefix cache (at most each prompt's length).
+    cached_tokens: int = 0
 
     def __post_init__(self) -> None:
         if self.output not in OUTPUTS:
@@ -79,6 +90,12 @@ class SyntheticConfig:
             raise ValueError("step_time >= 0, max_batch_size >= 1 and tokens_per_step >= 1")
         if not 0.0 <= self.eos_prob <= 1.0:
             raise ValueError(f"eos_prob must be in [0, 1], got {self.eos_prob}")
+        if self.frame_layout not in FRAME_LAYOUTS:
+            raise ValueError(
+                f"frame_layout must be one of {', '.join(FRAME_LAYOUTS)}, got {self.frame_layout!r}"
+            )
+        if self.cached_tokens < 0:
+            raise ValueError(f"cached_tokens must be at least 0, got {self.cached_tokens}")
 
 
 _MASK64 = (1 << 64) - 1
@@ -117,6 +134,8 @@ class _Seq:
         "stops",
         "seqs",
         "recent",
+        "reasoning",
+        "thinking",
     )
 
     def __init__(self, req: EngineRequest, seed: int, eos: frozenset[int]) -> None:
@@ -133,6 +152,9 @@ class _Seq:
         # Stop token sequences (when the engine is configured to match them) and recent ids.
         self.seqs = p.stop_token_sequences
         self.recent: list[int] = []
+        # Output tokens from a <think> through its </think>, and whether one is open.
+        self.reasoning = 0
+        self.thinking = False
         self.seed = seed
         self.draws = 0  # random numbers drawn so far (the counter of the seed's stream)
         self.source: list[int] = []
@@ -169,6 +191,7 @@ class SyntheticEngine:
         )
         self._filler = next(iter(tokenizer.encode(".", add_special_tokens=False)), 0)
         self._passages: list[list[int]] | None = None
+        self._think = (tokenizer.token_to_id("<think>"), tokenizer.token_to_id("</think>"))
         #: Counters for tests and metrics.
         self.stats = {"submitted": 0, "aborted": 0, "finished": 0, "steps": 0}
 
@@ -363,6 +386,7 @@ class SyntheticEngine:
         finishes: list[dict | None] = []
         prompt_tokens: list[int] = []
         tok_lens: list[int] = []
+        reasoning: list[int] = []
         ids: list[int] = []
         done: list[str] = []
         echo = cfg.output == "echo"
@@ -402,6 +426,9 @@ class SyntheticEngine:
                 ids.append(tok)
                 n += 1
                 seq.gen = gen + 1
+                if tok == self._think[0] or seq.thinking:
+                    seq.reasoning += 1
+                    seq.thinking = tok != self._think[1]
                 matched = self._sequence_end(seq, tok, may_stop) if seq.seqs else None
                 if matched is not None:  # a sequence ending here wins over its last id
                     finish = {"type": "stop", "matched": matched}
@@ -419,15 +446,27 @@ class SyntheticEngine:
             finishes.append(finish)
             prompt_tokens.append(seq.prompt_len)
             tok_lens.append(n)
+            reasoning.append(seq.reasoning)
             if finish is not None:
                 done.append(seq.rid)
         for rid in done:
             del self._running[rid]
         self.stats["finished"] += len(done)
         if rids:
-            frame = encode_batch_frame(
-                [rids, finishes, prompt_tokens, tok_lens], [np.asarray(ids, dtype=np.int32)]
-            )
+            header = [rids, finishes, prompt_tokens, tok_lens]
+            if cfg.frame_layout == LAYOUT_SGLANG_0_5_23:
+                n_rows = len(rids)
+                header += [
+                    [min(cfg.cached_tokens, p) for p in prompt_tokens],
+                    reasoning,
+                    *([[]] * 12),
+                    ["synthetic"] * n_rows,  # weight versions
+                    [0] * n_rows,  # image, audio and video tokens
+                    [0] * n_rows,
+                    [0] * n_rows,
+                    [cfg.step_time] * n_rows,  # decode latencies
+                ]
+            frame = encode_batch_frame(header, [ids], layout=cfg.frame_layout)
             if malformed:
                 frame = frame[:-4] if ids else frame + b"\x00"
             frames.append(frame)

@@ -721,18 +721,37 @@ SSE_DONE = b"data: [DONE]\n\n"
 
 
 def usage(
-    prompt_tokens: int, completion_tokens: int, reasoning_tokens: int | None = None
+    prompt_tokens: int,
+    completion_tokens: int,
+    reasoning_tokens: int | None = None,
+    *,
+    cached_tokens: int = 0,
 ) -> dict[str, Any]:
     """OpenAI's usage object (``completion_tokens_details.reasoning_tokens`` when the server
-    parses reasoning)."""
+    parses reasoning or the engine counts it; ``prompt_tokens_details.cached_tokens`` when the
+    engine reports cached prompt tokens)."""
     out: dict[str, Any] = {
         "prompt_tokens": prompt_tokens,
         "completion_tokens": completion_tokens,
         "total_tokens": prompt_tokens + completion_tokens,
     }
+    if cached_tokens:
+        out["prompt_tokens_details"] = {"cached_tokens": cached_tokens}
     if reasoning_tokens is not None:
         out["completion_tokens_details"] = {"reasoning_tokens": reasoning_tokens}
     return out
+
+
+def reasoning_count(engine: int, parsed: int | None) -> int | None:
+    """Reasoning tokens for the usage: the engine's count when it reports one, else the server's
+    parser's (None: neither, and the usage leaves it out)."""
+    return engine if engine else parsed
+
+
+def matched_stop(fr: FinishReason | None) -> Any:
+    """SGLang's ``matched_stop``: the stop token id (EOS included), token id sequence, string or
+    regex pattern that ended the request; None otherwise."""
+    return fr.matched() if fr is not None else None
 
 
 def finish_fields(fr: FinishReason | None, eos: tuple[int, ...]) -> tuple[str | None, Any]:
@@ -818,14 +837,20 @@ class ChunkWriter:
             "logprobs": None,
             "finish_reason": reason or finish,
             "stop_reason": stop_reason,
+            "matched_stop": matched_stop(fr),
         }
         return self.chunk(index, payload, completion_tokens)
 
     def usage(
-        self, prompt_tokens: int, completion_tokens: int, reasoning_tokens: int | None = None
+        self,
+        prompt_tokens: int,
+        completion_tokens: int,
+        reasoning_tokens: int | None = None,
+        *,
+        cached_tokens: int = 0,
     ) -> bytes:
         """The last chunk when ``include_usage``: no choices, the usage."""
-        return sse(
-            self.plan.openai_head(chunk=True)
-            | {"choices": [], "usage": usage(prompt_tokens, completion_tokens, reasoning_tokens)}
+        counts = usage(
+            prompt_tokens, completion_tokens, reasoning_tokens, cached_tokens=cached_tokens
         )
+        return sse(self.plan.openai_head(chunk=True) | {"choices": [], "usage": counts})

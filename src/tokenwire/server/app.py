@@ -500,13 +500,20 @@ async def _collect_openai(
             choice["message"] = {"role": "assistant", "content": text}
         else:
             choice["text"] = text
-        choice |= {"logprobs": None, "finish_reason": reason, "stop_reason": stop_reason}
+        choice |= {
+            "logprobs": None,
+            "finish_reason": reason,
+            "stop_reason": stop_reason,
+            "matched_stop": api.matched_stop(done.finish_reason),
+        }
         choices.append(choice)
     prompt_tokens = plan.prompt_tokens
     completion_tokens = sum(done.completion_tokens for done in got.finals)
+    reasoning = api.reasoning_count(sum(d.reasoning_tokens for d in got.finals), reasoning_tokens)
+    cached = sum(done.cached_tokens for done in got.finals)
     return 200, plan.openai_head(chunk=False) | {
         "choices": choices,
-        "usage": api.usage(prompt_tokens, completion_tokens, reasoning_tokens),
+        "usage": api.usage(prompt_tokens, completion_tokens, reasoning, cached_tokens=cached),
     }
 
 
@@ -546,6 +553,8 @@ class _OpenAIStreamer(_Streamer):
         self.plan = plan
         self.writer = api.ChunkWriter(plan, eos)
         self.completion_tokens = 0
+        self.cached_tokens = 0  # the engine's counts, summed over the choices
+        self.reasoning_tokens = 0
         self.parsed: list[ChoiceOutput] | None = None
         if plan.route == "chat" and plan.output is not None:
             spec, fields = plan.output, plan.reasoning_fields
@@ -577,6 +586,8 @@ class _OpenAIStreamer(_Streamer):
                 break
             self.open.discard(index)
             self.completion_tokens += item.completion_tokens
+            self.cached_tokens += item.cached_tokens
+            self.reasoning_tokens += item.reasoning_tokens
             if parsed is not None:
                 choice = parsed[index]
                 delta = choice.final(item.text, item.token_ids)
@@ -603,7 +614,15 @@ class _OpenAIStreamer(_Streamer):
                     reasoning = None
                     if parsed is not None and plan.output and plan.output.reasoning:
                         reasoning = sum(c.reasoning_tokens for c in parsed)
-                    out.append(writer.usage(plan.prompt_tokens, self.completion_tokens, reasoning))
+                    reasoning = api.reasoning_count(self.reasoning_tokens, reasoning)
+                    out.append(
+                        writer.usage(
+                            plan.prompt_tokens,
+                            self.completion_tokens,
+                            reasoning,
+                            cached_tokens=self.cached_tokens,
+                        )
+                    )
                 out.append(api.SSE_DONE)
         return b"".join(out)
 
@@ -624,17 +643,20 @@ async def _collect_generate(rt: Runtime, plan: api.Plan, subs: Subs) -> tuple[in
 
 
 def _generate_body(rid: str, text: str, ids: list[int], final: Any, prompt_tokens: int) -> dict:
+    """SGLang's response shape; the last one of a request also carries ``cached_tokens``,
+    ``reasoning_tokens`` and ``matched_stop``."""
     fr = final.finish_reason if final is not None else None
-    return {
-        "text": text,
-        "output_ids": ids,
-        "meta_info": {
-            "id": rid,
-            "finish_reason": fr.to_json() if fr is not None else None,
-            "prompt_tokens": prompt_tokens,
-            "completion_tokens": final.completion_tokens if final is not None else len(ids),
-        },
+    meta: dict[str, Any] = {
+        "id": rid,
+        "finish_reason": fr.to_json() if fr is not None else None,
+        "prompt_tokens": prompt_tokens,
+        "completion_tokens": final.completion_tokens if final is not None else len(ids),
     }
+    if final is not None:
+        meta["cached_tokens"] = final.cached_tokens
+        meta["reasoning_tokens"] = final.reasoning_tokens
+        meta["matched_stop"] = api.matched_stop(fr)
+    return {"text": text, "output_ids": ids, "meta_info": meta}
 
 
 class _GenerateStreamer(_Streamer):
