@@ -37,7 +37,8 @@ class OutputSpec:
 
     reasoning: type[ReasoningParser] | None = None
     prompt_in_reasoning: bool = False
-    tools: type[ToolCallParser] | None = None
+    #: The tool-call parser class (or a factory taking ``make_id``).
+    tools: Callable[..., ToolCallParser] | None = None
     make_id: Callable[[int], str] | None = None
 
     def new(self, token_chars: Callable[[Sequence[int]], list[int]] | None = None) -> OutputParser:

@@ -22,7 +22,12 @@ from tokenwire.messages.finish_reason import FinishReason
 from tokenwire.messages.sampling import DEFAULT_MAX_STOP_STR_LEN, SamplingParams
 from tokenwire.parsers.output import OutputSpec
 from tokenwire.server.chat import check_tools, normalize_messages, render_chat, template_roles
-from tokenwire.server.features import DEFAULT_FEATURES, Features, output_spec
+from tokenwire.server.features import DEFAULT_FEATURES, Features, forced_schema, output_spec
+from tokenwire.server.structured import (
+    STRUCTURED_FIELDS,
+    check_grammar_params,
+    structured_fields,
+)
 from tokenwire.server.templates import chat_template_for, shape_messages
 from tokenwire.tokenizer import Tokenizer
 
@@ -126,7 +131,6 @@ _DEFAULT_ONLY = {
     "suffix": (None, ""),
     "best_of": (None, 1),
     "parallel_tool_calls": (None, True, False),
-    "response_format": (None, {"type": "text"}),
     "modalities": (None, ["text"]),
     "stream_options": None,  # checked on its own
 }
@@ -402,6 +406,7 @@ _COMPLETION_KEYS = (
     | _INFORMATIONAL
     | _OPENAI_EXTRAS
     | {"prompt", "max_tokens", "max_completion_tokens", "n", "stream"}
+    | STRUCTURED_FIELDS
 )
 _CHAT_KEYS = (_COMPLETION_KEYS - {"prompt", "suffix", "best_of"}) | {
     "messages",
@@ -416,7 +421,12 @@ _CHAT_KEYS = (_COMPLETION_KEYS - {"prompt", "suffix", "best_of"}) | {
 
 
 def parse_completion(
-    body: Any, tok: Tokenizer, model: str, *, limits: RequestLimits = DEFAULT_LIMITS
+    body: Any,
+    tok: Tokenizer,
+    model: str,
+    *,
+    limits: RequestLimits = DEFAULT_LIMITS,
+    features: Features = DEFAULT_FEATURES,
 ) -> Plan:
     """``/v1/completions``."""
     if not isinstance(body, dict):
@@ -433,6 +443,7 @@ def parse_completion(
     _truncate(prompts, body, tok)
     _check_choices(len(prompts) * n)
     params = _params(body, tok, prompts, DEFAULT_COMPLETION_MAX_TOKENS, "prompt", limits)
+    _constrain(params, body, features)
     return Plan(
         "completion",
         prompts,
@@ -473,9 +484,19 @@ def parse_chat(
     prompts = [ids]
     _truncate(prompts, body, tok)
     params = _params(body, tok, prompts, None, "messages", limits)
+    _constrain(params, body, features)
     spec = output_spec(body, features, text, options["extra"])
+    forced = forced_schema(body)
+    if forced is not None:
+        if params.json_schema or params.regex or params.ebnf:
+            raise ValidationError(
+                "tool_choice required or a named function constrains the output itself: drop "
+                "response_format",
+                param="tool_choice",
+            )
+        params.json_schema = forced
     tools_cls = spec.tools if spec is not None else None
-    special = tools_cls is not None and tools_cls.needs_special_tokens
+    special = getattr(tools_cls, "needs_special_tokens", False)
     if special and body.get("skip_special_tokens") is None:  # the call markup is special tokens
         params.skip_special_tokens = False
     return Plan(
@@ -511,6 +532,13 @@ def render_conversation(
         template, messages, bos_token=tok.bos_token, eos_token=tok.eos_token, **options
     )
     return text, options
+
+
+def _constrain(params: SamplingParams, body: Mapping[str, Any], features: Features) -> None:
+    """The request's structured-output fields onto ``params`` (a 400 when the engine cannot
+    constrain decoding)."""
+    for name, value in structured_fields(body, supported=features.structured_outputs).items():
+        setattr(params, name, value)
 
 
 def chat_template_options(body: Mapping[str, Any]) -> dict[str, Any]:
@@ -573,7 +601,12 @@ _GENERATE_KEYS = {
 
 
 def parse_generate(
-    body: Any, tok: Tokenizer, model: str, *, limits: RequestLimits = DEFAULT_LIMITS
+    body: Any,
+    tok: Tokenizer,
+    model: str,
+    *,
+    limits: RequestLimits = DEFAULT_LIMITS,
+    features: Features = DEFAULT_FEATURES,
 ) -> Plan:
     """SGLang's ``/generate``: ``text`` or ``input_ids``, ``sampling_params``, ``stream``,
     ``rid`` (one or a batch)."""
@@ -620,6 +653,7 @@ def parse_generate(
                 param="sampling_params",
             )
         sp = sp[0]
+    check_grammar_params(sp, supported=features.structured_outputs)
     params = SamplingParams.from_dict(sp)
     if params.max_new_tokens is not None:
         limit = tok.max_model_len

@@ -240,7 +240,11 @@ class App:
                 )
             else:
                 plan = api.parse_completion(
-                    body, rt.tokenizer, rt.config.model_name, limits=rt.config.limits
+                    body,
+                    rt.tokenizer,
+                    rt.config.model_name,
+                    limits=rt.config.limits,
+                    features=rt.features,
                 )
             subs = rt.submit(plan)
         except ClientDisconnected:
@@ -260,7 +264,11 @@ class App:
         try:
             body = await _read_json(receive)
             plan = api.parse_generate(
-                body, rt.tokenizer, rt.config.model_name, limits=rt.config.limits
+                body,
+                rt.tokenizer,
+                rt.config.model_name,
+                limits=rt.config.limits,
+                features=rt.features,
             )
             subs = rt.submit(plan)
         except ClientDisconnected:

@@ -8,6 +8,8 @@ the field.
 from __future__ import annotations
 
 import argparse
+import functools
+import json
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -15,6 +17,7 @@ from typing import Any
 from tokenwire.messages.errors import ValidationError
 from tokenwire.parsers import REASONING_PARSERS, TOOL_CALL_PARSERS, prompt_opens_reasoning
 from tokenwire.parsers.output import OutputSpec
+from tokenwire.parsers.tools.forced import ForcedToolParser, required_schema
 from tokenwire.server.chat import check_tools
 from tokenwire.server.templates import CONTENT_FORMATS, load_chat_template
 
@@ -23,6 +26,7 @@ __all__ = [
     "REASONING_FIELDS",
     "Features",
     "add_arguments",
+    "forced_schema",
     "from_args",
     "output_spec",
     "tool_names",
@@ -87,8 +91,11 @@ def tool_names(tools: Any) -> list[str]:
     return [tool["function"]["name"] for tool in tools]
 
 
-def _tool_choice(body: Mapping[str, Any], names: list[str] | None, features: Features) -> str:
-    """``none`` or ``auto`` (what this server can do); a 400 for anything else."""
+def _tool_choice(
+    body: Mapping[str, Any], names: list[str] | None, features: Features
+) -> str | tuple[str, str]:
+    """``none``, ``auto``, ``required`` or ``("function", name)``; a 400 for what this server
+    cannot do (``required`` and a named function need an engine that constrains decoding)."""
     choice = body.get("tool_choice")
     if choice is None:
         return "auto" if names and features.enable_auto_tool_choice else "none"
@@ -105,6 +112,7 @@ def _tool_choice(body: Mapping[str, Any], names: list[str] | None, features: Fea
             )
         return "auto"
     if choice == "required" or isinstance(choice, dict):
+        picked: str | tuple[str, str] = "required"
         if isinstance(choice, dict):
             fn = choice.get("function")
             name = fn.get("name") if isinstance(fn, dict) else None
@@ -119,16 +127,35 @@ def _tool_choice(body: Mapping[str, Any], names: list[str] | None, features: Fea
                     f"tool_choice names the function {name!r}, which is not in tools",
                     param="tool_choice",
                 )
-        what = "required" if choice == "required" else "a named function"
-        raise ValidationError(
-            f"tool_choice {what} needs an engine with structured output (constrained "
-            "decoding) and this server's engine has none; use 'auto' or 'none'",
-            param="tool_choice",
-        )
+            picked = ("function", name)
+        if not features.structured_outputs:
+            what = "required" if choice == "required" else "a named function"
+            raise ValidationError(
+                f"tool_choice {what} needs an engine with structured output (constrained "
+                "decoding) and this server's engine has none; use 'auto' or 'none'",
+                param="tool_choice",
+            )
+        return picked
     raise ValidationError(
         f"tool_choice must be 'none', 'auto', 'required' or a named function, got {choice!r}",
         param="tool_choice",
     )
+
+
+def forced_schema(body: Mapping[str, Any]) -> str | None:
+    """The JSON schema (text) an engine must constrain the output to for ``tool_choice``
+    ``required`` or a named function (checked by ``output_spec`` first), else None."""
+    choice = body.get("tool_choice")
+    tools = body.get("tools") or []
+    if choice == "required":
+        schema = required_schema(tools)
+    elif isinstance(choice, dict):
+        name = choice["function"]["name"]
+        fn = next(t["function"] for t in tools if t["function"]["name"] == name)
+        schema = fn.get("parameters") or {"type": "object"}
+    else:
+        return None
+    return json.dumps(schema, ensure_ascii=False)
 
 
 def output_spec(
@@ -141,7 +168,13 @@ def output_spec(
     tools = body.get("tools")
     names = tool_names(tools) if tools is not None else None
     choice = _tool_choice(body, names, features)
-    tool_cls = TOOL_CALL_PARSERS[features.tool_call_parser] if choice == "auto" else None
+    tool_cls: Any = None
+    if choice == "auto":
+        tool_cls = TOOL_CALL_PARSERS[features.tool_call_parser]
+    elif choice == "required":
+        tool_cls = ForcedToolParser
+    elif isinstance(choice, tuple):
+        tool_cls = functools.partial(ForcedToolParser, choice[1])
     reasoning_cls = None
     if features.reasoning_parser is not None and not (
         template_kwargs.get("enable_thinking") is False or template_kwargs.get("thinking") is False

@@ -1,0 +1,243 @@
+"""Structured outputs: validated in the frontend, passed to an engine that constrains decoding,
+refused with a 400 naming the field by one that cannot."""
+
+from __future__ import annotations
+
+import json
+
+import httpx
+import openai
+import pytest
+
+from tokenwire.engine.synthetic import SyntheticConfig, SyntheticEngine
+from tokenwire.messages.errors import ValidationError
+from tokenwire.server.structured import (
+    MAX_CHOICES,
+    MAX_REGEX_BYTES,
+    check_grammar_params,
+    structured_fields,
+)
+
+from test_server_e2e import MODEL, serve
+
+SCHEMA = {
+    "type": "object",
+    "properties": {"city": {"type": "string", "pattern": "^[A-Z]"}, "n": {"type": "integer"}},
+    "required": ["city"],
+}
+RF = {"type": "json_schema", "json_schema": {"name": "weather", "schema": SCHEMA, "strict": True}}
+
+
+@pytest.mark.parametrize(
+    ("body", "expected"),
+    [
+        ({"response_format": {"type": "text"}}, {}),
+        ({"response_format": {"type": "json_object"}}, {"json_schema": '{"type":"object"}'}),
+        ({"response_format": RF}, {"json_schema": json.dumps(SCHEMA, separators=(",", ":"))}),
+        ({"structured_outputs": {"regex": "[0-9]+"}}, {"regex": "[0-9]+"}),
+        ({"structured_outputs": {"choice": ["yes", "no?"]}}, {"regex": "(?:yes|no\\?)"}),
+        ({"structured_outputs": {"grammar": 'root ::= "a"'}}, {"ebnf": 'root ::= "a"'}),
+        (
+            {"structured_outputs": {"json": json.dumps(SCHEMA)}},
+            {"json_schema": json.dumps(SCHEMA, separators=(",", ":"))},
+        ),
+        ({"guided_json": SCHEMA}, {"json_schema": json.dumps(SCHEMA, separators=(",", ":"))}),
+        ({"guided_regex": "a|b"}, {"regex": "a|b"}),
+        ({"guided_choice": ["x"]}, {"regex": "(?:x)"}),
+        ({"guided_grammar": "root ::= x"}, {"ebnf": "root ::= x"}),
+    ],
+)
+def test_accepted_with_an_engine_that_constrains(body, expected) -> None:
+    assert structured_fields(body, supported=True) == expected
+    if expected:
+        with pytest.raises(ValidationError) as exc:
+            structured_fields(body, supported=False)
+        assert exc.value.param == next(iter(body))
+        assert "constrains decoding" in exc.value.detail
+
+
+@pytest.mark.parametrize(
+    ("body", "param"),
+    [
+        ({"response_format": {"type": "xml"}}, "response_format"),
+        ({"response_format": "json"}, "response_format"),
+        ({"response_format": {"type": "json_schema"}}, "response_format"),
+        (
+            {"response_format": {"type": "json_schema", "json_schema": {"name": "a b"}}},
+            "response_format",
+        ),
+        (
+            {"response_format": RF | {"json_schema": RF["json_schema"] | {"strict": "yes"}}},
+            "response_format",
+        ),
+        (
+            {
+                "response_format": {
+                    "type": "json_schema",
+                    "json_schema": {"name": "x", "schema": {"type": "thing"}},
+                }
+            },
+            "response_format",
+        ),
+        (
+            {
+                "response_format": {
+                    "type": "json_schema",
+                    "json_schema": {"name": "x", "schema": {"properties": []}},
+                }
+            },
+            "response_format",
+        ),
+        ({"guided_json": "{not json"}, "guided_json"),
+        ({"guided_json": {"type": "object", "required": "city"}}, "guided_json"),
+        ({"guided_json": {"properties": {"a": {"pattern": "(unclosed"}}}}, "guided_json"),
+        ({"guided_regex": "(unclosed"}, "guided_regex"),
+        ({"guided_regex": "a" * (MAX_REGEX_BYTES + 1)}, "guided_regex"),
+        ({"guided_choice": []}, "guided_choice"),
+        ({"guided_choice": ["a"] * (MAX_CHOICES + 1)}, "guided_choice"),
+        ({"guided_grammar": "  "}, "guided_grammar"),
+        ({"structured_outputs": {"regex": "a", "choice": ["a"]}}, "structured_outputs"),
+        ({"structured_outputs": "json"}, "structured_outputs"),
+        ({"guided_regex": "a", "guided_choice": ["a"]}, "guided_choice"),
+        ({"response_format": {"type": "json_object"}, "guided_regex": "a"}, "guided_regex"),
+    ],
+)
+def test_malformed_is_a_400_naming_the_field(body, param) -> None:
+    for supported in (True, False):
+        with pytest.raises(ValidationError) as exc:
+            structured_fields(body, supported=supported)
+        assert exc.value.param.startswith(param), exc.value
+
+
+def test_deep_schema_is_bounded() -> None:
+    schema: dict = {"type": "object"}
+    for _ in range(40):
+        schema = {"type": "object", "properties": {"a": schema}}
+    with pytest.raises(ValidationError) as exc:
+        structured_fields({"guided_json": schema}, supported=True)
+    assert "deeper" in exc.value.detail
+
+
+def test_sglang_grammar_params() -> None:
+    check_grammar_params({"regex": "[a-z]+"}, supported=True)
+    check_grammar_params({"json_schema": ""}, supported=False)  # empty: not asked for
+    for sp, param in (
+        ({"regex": "[a-z]+"}, "regex"),
+        ({"json_schema": json.dumps(SCHEMA)}, "json_schema"),
+        ({"ebnf": "root ::= x"}, "ebnf"),
+    ):
+        with pytest.raises(ValidationError) as exc:
+            check_grammar_params(sp, supported=False)
+        assert exc.value.param == param
+    with pytest.raises(ValidationError) as exc:
+        check_grammar_params({"json_schema": "{"}, supported=True)
+    assert exc.value.param == "json_schema"
+
+
+# ---- end to end ----------------------------------------------------------------------------------
+
+
+def test_synthetic_engine_refuses_structured_outputs() -> None:
+    with serve(SyntheticConfig(output="echo")) as s:
+        with pytest.raises(openai.BadRequestError) as exc:
+            s.client.chat.completions.create(
+                model=MODEL,
+                messages=[{"role": "user", "content": "weather?"}],
+                response_format=RF,
+                max_tokens=5,
+            )
+        assert exc.value.body["param"] == "response_format"
+        with pytest.raises(openai.BadRequestError) as exc:
+            s.client.completions.create(
+                model=MODEL, prompt="x", max_tokens=2, extra_body={"guided_choice": ["a", "b"]}
+            )
+        assert exc.value.body["param"] == "guided_choice"
+        r = httpx.post(
+            s.url + "/generate",
+            json={"text": "x", "sampling_params": {"regex": "[0-9]+", "max_new_tokens": 2}},
+        )
+        assert r.status_code == 400 and r.json()["error"]["param"] == "regex"
+
+
+class _Constraining(SyntheticEngine):
+    """A synthetic engine that says it constrains decoding, and records what it was asked."""
+
+    supports_structured_outputs = True
+
+    def __init__(self, *a, **kw) -> None:
+        super().__init__(*a, **kw)
+        self.seen: list = []
+
+    def submit(self, request) -> None:
+        self.seen.append(request.params)
+        super().submit(request)
+
+
+def test_an_engine_that_constrains_gets_the_grammar(monkeypatch) -> None:
+    import test_server_e2e
+
+    monkeypatch.setattr(test_server_e2e, "SyntheticEngine", _Constraining)
+    with serve(SyntheticConfig(output="echo")) as s:
+        s.client.chat.completions.create(
+            model=MODEL,
+            messages=[{"role": "user", "content": "weather?"}],
+            response_format=RF,
+            max_tokens=5,
+        )
+        s.client.completions.create(
+            model=MODEL, prompt="x", max_tokens=2, extra_body={"guided_choice": ["a", "b"]}
+        )
+        r = httpx.post(
+            s.url + "/generate",
+            json={"text": "x", "sampling_params": {"regex": "[0-9]+", "max_new_tokens": 2}},
+        )
+        assert r.status_code == 200
+        seen = s.engine.seen
+        assert json.loads(seen[0].json_schema) == SCHEMA
+        assert seen[1].regex == "(?:a|b)"
+        assert seen[2].regex == "[0-9]+"
+
+
+def test_tool_choice_required_and_named_with_an_engine_that_constrains(monkeypatch) -> None:
+    from test_server_tools import END, TOOLS
+    from tokenwire.parsers.tools.forced import required_schema
+    from tokenwire.server.features import Features
+
+    import test_server_e2e
+
+    monkeypatch.setattr(test_server_e2e, "SyntheticEngine", _Constraining)
+    features = Features(chat_template="{{ messages[-1]['content'] }}")
+    with serve(SyntheticConfig(output="echo"), features=features) as s:
+
+        def chat(text: str, choice, **kw):
+            return s.client.chat.completions.create(
+                model=MODEL,
+                messages=[{"role": "user", "content": text + END}],
+                tools=TOOLS,
+                tool_choice=choice,
+                max_tokens=100,
+                **kw,
+            )
+
+        r = chat('[{"name": "get_weather", "parameters": {"city": "Paris"}}]', "required")
+        assert json.loads(s.engine.seen[-1].json_schema) == required_schema(TOOLS)
+        (call,) = r.choices[0].message.tool_calls
+        assert (call.function.name, json.loads(call.function.arguments)) == (
+            "get_weather",
+            {"city": "Paris"},
+        )
+        assert r.choices[0].finish_reason == "tool_calls"
+        named = {"type": "function", "function": {"name": "get_weather"}}
+        r = chat('{"city": "巴黎"}', named)
+        assert json.loads(s.engine.seen[-1].json_schema) == TOOLS[0]["function"]["parameters"]
+        (call,) = r.choices[0].message.tool_calls
+        assert call.function.arguments == '{"city": "巴黎"}'
+        # Streamed: the same call.
+        args = ""
+        for chunk in chat('{"city": "巴黎"}', named, stream=True):
+            for tc in chunk.choices[0].delta.tool_calls or []:
+                args += tc.function.arguments or ""
+        assert args == '{"city": "巴黎"}'
+        with pytest.raises(openai.BadRequestError) as exc:
+            chat("{}", "required", response_format={"type": "json_object"})
+        assert exc.value.body["param"] == "tool_choice"
