@@ -37,6 +37,7 @@ from tokenwire.messages.frames import (
     EGRESS_TAG_BATCH,
     EGRESS_TAG_ERROR,
     EGRESS_TAG_RESULT,
+    Decoded,
     decode_batch_frame,
     decode_error_frame,
     decode_result_frame,
@@ -90,6 +91,11 @@ class Runtime:
         self.tokenizer.decode_table(True)  # build the fast tables before the first request
         self.tokenizer.decode_table(False)
         await self.engine.start(self.on_output)
+        engine_len = getattr(self.engine, "max_model_len", None)
+        if isinstance(engine_len, int) and engine_len > 0:
+            # The engine's context length is the one that holds (vLLM's auto-fitted one).
+            current = self.tokenizer.max_model_len
+            self.tokenizer.max_model_len = min(current, engine_len) if current else engine_len
         # Everything loaded so far (vocabulary tables: millions of objects) lives as long as the
         # server: keep the cyclic garbage collector from walking it on every full collection.
         gc.collect()
@@ -124,8 +130,14 @@ class Runtime:
         with contextlib.suppress(Exception):
             self.engine.abort(rid)
 
-    def on_output(self, frame: bytes) -> None:
-        """One frame from the engine."""
+    def on_output(self, frame: bytes | Decoded) -> None:
+        """One frame from the engine, or one step an engine decoded from its own wire format."""
+        if isinstance(frame, Decoded):
+            t0 = time.perf_counter()
+            self.shard.on_frame(frame)
+            self.metrics.egress_step.observe(time.perf_counter() - t0)
+            self.metrics.generation_tokens.inc(len(frame.token_ids))
+            return
         if not frame:
             return
         tag = frame[0]

@@ -17,9 +17,12 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from tokenwire.messages.sampling import SamplingParams
+
+if TYPE_CHECKING:
+    from tokenwire.messages.frames import Decoded
 
 __all__ = [
     "EngineRequest",
@@ -29,8 +32,9 @@ __all__ = [
     "supports_structured_outputs",
 ]
 
-#: Receives every frame an engine emits (batch, error or result frames, tag byte first).
-OutputCallback = Callable[[bytes], None]
+#: Receives every frame an engine emits (batch, error or result frames, tag byte first), or a
+#: step an engine already decoded from its own wire format (``Decoded``: no re-encoding).
+OutputCallback = Callable[["bytes | Decoded"], None]
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,504 @@
+"""``VllmEngine``: tokenwire's ``Engine`` over unmodified vLLM V1 EngineCore processes (ZMQ).
+
+The frontend binds the handshake ROUTER (unless vLLM's supervisor did the handshake and hands
+over its listeners: the ``tokenwire-vllm-frontend`` mode), the input ROUTER and the output PULL.
+Each engine dials in with its rank as identity. Requests go to the engine with the fewest requests
+in flight (vLLM's rule for data parallelism); aborts go to the engine that owns the request. Each
+engine step arrives as one ``EngineCoreOutputs`` message and goes to the shard as one decoded step,
+with no per-token Python work.
+
+An engine that says ``ENGINE_CORE_DEAD``, whose connection drops, or whose process exits is out of
+rotation at once: each of its requests gets an error, and with no engine left the server reports
+itself unhealthy (``alive`` is False) and refuses new requests with 503.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import itertools
+import logging
+import math
+import socket
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import msgspec
+import zmq
+import zmq.asyncio
+
+from tokenwire.engine import EngineRequest, OutputCallback
+from tokenwire.engine.vllm import protocol as wire
+from tokenwire.messages.errors import CodecError, QueueFullError, ValidationError
+from tokenwire.messages.finish_reason import FinishReason
+from tokenwire.messages.frames import Decoded, encode_error_frame
+
+if TYPE_CHECKING:
+    from tokenwire.engine.vllm.launch import VllmLauncher
+    from tokenwire.tokenizer import Tokenizer
+
+__all__ = ["VllmEngine", "VllmEngineConfig", "check_vllm_params"]
+
+log = logging.getLogger("tokenwire.engine.vllm")
+
+
+@dataclass
+class VllmEngineConfig:
+    """How tokenwire reaches its vLLM engines."""
+
+    #: ``tcp://HOST:PORT`` to bind the handshake ROUTER on (engines dial it); unused when
+    #: ``input_fd``/``output_fd`` are given.
+    handshake_address: str | None = None
+    #: Engines to wait for (data-parallel size).
+    data_parallel_size: int = 1
+    #: The first engine rank this frontend serves (vLLM's ``--engine-start-index``).
+    engine_start_index: int = 0
+    #: Listener file descriptors handed over by vLLM's supervisor (it did the handshake).
+    input_fd: int | None = None
+    output_fd: int | None = None
+    #: Seconds to wait for every engine to be ready.
+    ready_timeout: float = 600.0
+    #: This frontend's client index (outputs come back to it).
+    client_index: int = 0
+    #: A child vLLM process this engine owns (spawn mode): its exit is the engines' death.
+    launcher: VllmLauncher | None = None
+    #: Called with a progress line while waiting for the engines.
+    progress: Callable[[str], None] | None = None
+
+
+@dataclass
+class _Core:
+    """One engine (data-parallel rank)."""
+
+    rank: int
+    identity: bytes
+    ready: dict[str, Any] = field(default_factory=dict)
+    alive: bool = True
+    in_flight: set[str] = field(default_factory=set)
+
+
+def check_vllm_params(req: EngineRequest) -> None:
+    """What vLLM's ``SamplingParams`` refuses, refused here first (a bad request must never reach
+    an engine): ``ValidationError`` naming the field."""
+    p = req.params
+    checks = (
+        ("temperature", 0.0 <= p.temperature <= 2.0 or p.top_k == 1, "in [0, 2]"),
+        ("presence_penalty", -2.0 <= p.presence_penalty <= 2.0, "in [-2, 2]"),
+        ("frequency_penalty", -2.0 <= p.frequency_penalty <= 2.0, "in [-2, 2]"),
+        (
+            "repetition_penalty",
+            math.isfinite(p.repetition_penalty) and p.repetition_penalty > 0,
+            "a finite number above 0",
+        ),
+        ("top_p", 0.0 < p.top_p <= 1.0, "in (0, 1]"),
+        ("min_p", 0.0 <= p.min_p <= 1.0, "in [0, 1]"),
+    )
+    for name, ok, what in checks:
+        if not ok:
+            raise ValidationError(
+                f"{name} must be {what} for this engine, got {getattr(p, name)}", param=name
+            )
+    if p.max_new_tokens is not None and p.min_new_tokens > p.max_new_tokens:
+        raise ValidationError(
+            f"min_tokens ({p.min_new_tokens}) must not exceed max_tokens ({p.max_new_tokens})",
+            param="min_tokens",
+        )
+
+
+class VllmEngine:
+    """The engine; see the module docstring."""
+
+    #: vLLM constrains decoding itself (``structured_outputs``).
+    supports_structured_output = True
+
+    def __init__(self, tokenizer: Tokenizer, config: VllmEngineConfig) -> None:
+        self.tokenizer = tokenizer
+        self.config = config
+        self.eos = wire.EngineEos.from_ids(tokenizer.eos_token_ids)
+        self._output: OutputCallback | None = None
+        self._ctx: zmq.asyncio.Context | None = None
+        self._input: zmq.asyncio.Socket | None = None
+        self._input_sync: zmq.Socket | None = None
+        self._output_sock: zmq.asyncio.Socket | None = None
+        self._cores: list[_Core] = []
+        self._owner: dict[str, _Core] = {}
+        self._prompt_lens: dict[str, int] = {}
+        self._max_tokens: dict[str, int | None] = {}
+        self._pending_aborts: dict[bytes, list[str]] = {}
+        self._abort_scheduled = False
+        self._utility: dict[int, asyncio.Future[Any]] = {}
+        self._call_ids = itertools.count(1)
+        self._tasks: list[asyncio.Task[None]] = []
+        self._alive = False
+        self._closing = False
+        self.dead_reason: str | None = None
+        self.max_model_len: int | None = None
+        #: The latest scheduler stats per engine rank (raw map), for /metrics.
+        self.scheduler_stats: dict[int, dict[str, Any]] = {}
+
+    # ---- Engine protocol -------------------------------------------------------------------------
+
+    @property
+    def alive(self) -> bool:
+        return self._alive
+
+    @property
+    def engines(self) -> list[dict[str, Any]]:
+        """Each engine: rank, alive, requests in flight."""
+        return [
+            {"rank": c.rank, "alive": c.alive, "in_flight": len(c.in_flight)} for c in self._cores
+        ]
+
+    async def start(self, output: OutputCallback) -> None:
+        self._output = output
+        cfg = self.config
+        self._ctx = zmq.asyncio.Context()
+        ranks = range(cfg.engine_start_index, cfg.engine_start_index + cfg.data_parallel_size)
+        self._cores = [_Core(r, wire.engine_identity(r)) for r in ranks]
+        if cfg.input_fd is not None and cfg.output_fd is not None:
+            self._input = self._adopt(zmq.ROUTER, cfg.input_fd, notify=True)
+            self._output_sock = self._adopt(zmq.PULL, cfg.output_fd)
+            await self._wait_ready_responses(time.monotonic() + cfg.ready_timeout)
+        else:
+            await self._handshake()
+        self._input_sync = zmq.Socket.shadow(self._input.underlying)
+        self._input_sync.setsockopt(zmq.ROUTER_MANDATORY, 1)
+        lens = [c.ready.get("max_model_len") for c in self._cores]
+        known = [x for x in lens if isinstance(x, int) and x > 0]
+        self.max_model_len = min(known) if known else None
+        self._alive = True
+        loop = asyncio.get_running_loop()
+        self._tasks = [
+            loop.create_task(self._read_outputs(), name="vllm-outputs"),
+            loop.create_task(self._watch_connections(), name="vllm-connections"),
+        ]
+        if cfg.launcher is not None:
+            self._tasks.append(loop.create_task(self._watch_launcher(), name="vllm-process"))
+        log.info(
+            "vLLM engines ready: %s (max_model_len %s)",
+            ", ".join(f"rank {c.rank}" for c in self._cores),
+            self.max_model_len,
+        )
+
+    async def close(self) -> None:
+        self._closing = True
+        self._alive = False
+        for task in self._tasks:
+            task.cancel()
+        for task in self._tasks:
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await task
+        self._tasks = []
+        for fut in self._utility.values():
+            if not fut.done():
+                fut.set_exception(QueueFullError("the engine is shutting down"))
+        if self.config.launcher is not None:
+            await asyncio.to_thread(self.config.launcher.stop)
+        if self._ctx is not None:
+            self._ctx.destroy(linger=0)
+            self._ctx = None
+
+    def submit(self, request: EngineRequest) -> None:
+        if not self._alive:
+            raise QueueFullError(f"the engine is not running ({self.dead_reason or 'not started'})")
+        check_vllm_params(request)
+        rid = request.rid
+        if request.params.max_new_tokens == 0:
+            self._finish_locally(request)
+            return
+        core = min((c for c in self._cores if c.alive), key=lambda c: len(c.in_flight))
+        sampling = wire.sampling_params_map(
+            request.params, len(request.prompt_ids), self.max_model_len, self.eos
+        )
+        payload = wire.encode_add(
+            request,
+            sampling,
+            client_index=self.config.client_index,
+            priority=getattr(request, "priority", 0) or 0,
+        )
+        assert self._input_sync is not None
+        try:
+            self._input_sync.send_multipart((core.identity, wire.ADD, payload), copy=False)
+        except zmq.ZMQError as exc:
+            self._core_died(core, f"cannot reach engine rank {core.rank}: {exc}")
+            raise QueueFullError(f"the engine is not reachable ({exc})") from None
+        core.in_flight.add(rid)
+        self._owner[rid] = core
+        self._prompt_lens[rid] = len(request.prompt_ids)
+        self._max_tokens[rid] = sampling["max_tokens"]
+
+    def abort(self, rid: str) -> None:
+        core = self._forget(rid)
+        if core is None or not core.alive:
+            return
+        # Aborts of one loop iteration go out together, one message per engine.
+        self._pending_aborts.setdefault(core.identity, []).append(rid)
+        if not self._abort_scheduled:
+            self._abort_scheduled = True
+            asyncio.get_running_loop().call_soon(self._flush_aborts)
+
+    async def call_utility(self, method: str, *args: Any, rank: int | None = None) -> Any:
+        """Call a utility method on an engine (the first live one unless ``rank``)."""
+        core = next(c for c in self._cores if c.alive and (rank is None or c.rank == rank))
+        call_id = next(self._call_ids)
+        fut: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        self._utility[call_id] = fut
+        payload = wire.encode_utility(self.config.client_index, call_id, method, args)
+        assert self._input_sync is not None
+        self._input_sync.send_multipart((core.identity, wire.UTILITY, payload))
+        return await fut
+
+    # ---- internals -------------------------------------------------------------------------------
+
+    def _adopt(self, kind: int, fd: int, *, notify: bool = False) -> zmq.asyncio.Socket:
+        """A ZMQ socket over a listener file descriptor vLLM's supervisor bound."""
+        assert self._ctx is not None
+        sock = self._ctx.socket(kind)
+        sock.setsockopt(zmq.USE_FD, fd)
+        _tune(sock, notify=notify)
+        family = socket.AF_UNIX
+        probe = socket.socket(fileno=fd)
+        try:
+            family = probe.family
+            name = probe.getsockname()
+        finally:
+            probe.detach()
+        if family == socket.AF_UNIX:
+            endpoint = "ipc://" + (name.decode() if isinstance(name, bytes) else name)
+        else:
+            endpoint = f"tcp://{name[0]}:{name[1]}"
+        sock.bind(endpoint)
+        return sock
+
+    async def _handshake(self) -> None:
+        cfg = self.config
+        assert self._ctx is not None and cfg.handshake_address is not None
+        deadline = time.monotonic() + cfg.ready_timeout
+        host = _host_of(cfg.handshake_address)
+        hs = self._ctx.socket(zmq.ROUTER)
+        _tune(hs)
+        hs.bind(cfg.handshake_address)
+        self._input = self._ctx.socket(zmq.ROUTER)
+        _tune(self._input, notify=True)
+        self._input.bind(f"tcp://{host}:*")
+        self._output_sock = self._ctx.socket(zmq.PULL)
+        _tune(self._output_sock)
+        self._output_sock.bind(f"tcp://{host}:*")
+        init = wire.encode_init(
+            [self._input.getsockopt_string(zmq.LAST_ENDPOINT)],
+            [self._output_sock.getsockopt_string(zmq.LAST_ENDPOINT)],
+        )
+        by_identity = {c.identity: c for c in self._cores}
+        waiting_hello = set(by_identity)
+        waiting_ready = set(by_identity)
+        ready_task = asyncio.ensure_future(self._wait_ready_responses(deadline))
+        try:
+            started = time.monotonic()
+            next_note = started + 10
+            while waiting_ready:
+                self._check_launcher()
+                if time.monotonic() > deadline:
+                    raise TimeoutError(
+                        f"{len(waiting_ready)} of {len(self._cores)} vLLM engines did not become "
+                        f"ready within {cfg.ready_timeout:.0f} s"
+                    )
+                if time.monotonic() > next_note:
+                    next_note += 10
+                    self._note(
+                        f"waiting for {len(waiting_hello)} engine(s) to say hello and "
+                        f"{len(waiting_ready)} to be ready ({time.monotonic() - started:.0f} s)"
+                    )
+                if not await hs.poll(500):
+                    continue
+                identity, payload = await hs.recv_multipart()
+                msg = wire.decode_handshake(payload)
+                if identity not in by_identity:
+                    log.warning("an engine with unexpected identity %r said %s", identity, msg)
+                    continue
+                if msg["status"] == "HELLO":
+                    waiting_hello.discard(identity)
+                    self._note(f"engine rank {by_identity[identity].rank} said hello")
+                    await hs.send_multipart((identity, init))
+                else:
+                    waiting_ready.discard(identity)
+            await ready_task
+        finally:
+            ready_task.cancel()
+            hs.close(linger=0)
+
+    async def _wait_ready_responses(self, deadline: float) -> None:
+        """Each engine's ready response, on the input socket (needed before it can be routed to)."""
+        assert self._input is not None
+        by_identity = {c.identity: c for c in self._cores}
+        waiting = set(by_identity)
+        while waiting:
+            self._check_launcher()
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"{len(waiting)} vLLM engine(s) never sent a ready response")
+            if not await self._input.poll(500):
+                continue
+            identity, *rest = await self._input.recv_multipart()
+            core = by_identity.get(identity)
+            if core is None:
+                continue
+            core.ready = wire.decode_ready_response(rest[0] if rest else b"")
+            waiting.discard(identity)
+
+    def _check_launcher(self) -> None:
+        launcher = self.config.launcher
+        if launcher is not None and launcher.returncode is not None:
+            raise RuntimeError(launcher.failure_message())
+
+    def _note(self, line: str) -> None:
+        log.info("%s", line)
+        if self.config.progress is not None:
+            self.config.progress(line)
+
+    async def _read_outputs(self) -> None:
+        assert self._output_sock is not None and self._output is not None
+        sock = self._output_sock
+        sync = zmq.Socket.shadow(sock.underlying)
+        output = self._output
+        decode = wire.decode_outputs
+        try:
+            while True:
+                await sock.poll(flags=zmq.POLLIN)
+                while True:
+                    try:
+                        frames = sync.recv_multipart(zmq.NOBLOCK, copy=False)
+                    except zmq.Again:
+                        break
+                    buf = frames[0].buffer
+                    if len(frames) == 1 and buf == wire.ENGINE_CORE_DEAD:
+                        self._engine_dead_message()
+                        continue
+                    try:
+                        msg = decode(buf)
+                    except CodecError as exc:
+                        log.error("malformed engine output (%s): dropped", exc)
+                        continue
+                    if msg.outputs:
+                        batch = wire.to_batch(msg.outputs, self._prompt_lens, self._max_tokens)
+                        for rid in batch.finished:
+                            self._forget(rid)
+                        output(batch.decoded)
+                        for rid, message in batch.errors:
+                            output(encode_error_frame(rid, message))
+                    if msg.utility_output is not None:
+                        self._utility_result(msg.utility_output)
+                    if msg.scheduler_stats is not None:
+                        self._stats(msg.engine_index, msg.scheduler_stats)
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:  # the socket broke: nothing more can arrive
+            if not self._closing:
+                log.exception("reading engine outputs failed")
+                for core in self._cores:
+                    self._core_died(core, f"engine output socket failed: {exc}")
+
+    async def _watch_connections(self) -> None:
+        """The input ROUTER tells when an engine's connection drops (ROUTER_NOTIFY)."""
+        assert self._input is not None
+        by_identity = {c.identity: c for c in self._cores}
+        while True:
+            identity, *rest = await self._input.recv_multipart()
+            core = by_identity.get(identity)
+            if core is not None and rest == [b""] and core.alive and not self._closing:
+                self._core_died(core, f"engine rank {core.rank} disconnected")
+
+    async def _watch_launcher(self) -> None:
+        launcher = self.config.launcher
+        assert launcher is not None
+        while launcher.returncode is None:
+            await asyncio.sleep(0.2)
+        if not self._closing:
+            for core in self._cores:
+                self._core_died(core, launcher.failure_message())
+
+    def _engine_dead_message(self) -> None:
+        # ENGINE_CORE_DEAD names no engine: with one engine it is that one; with several, the
+        # connection watcher tells which ones went away. Be safe: a lone engine dies here.
+        live = [c for c in self._cores if c.alive]
+        if len(live) == 1:
+            self._core_died(live[0], f"engine rank {live[0].rank} reported ENGINE_CORE_DEAD")
+        else:
+            log.error("an engine reported ENGINE_CORE_DEAD")
+
+    def _core_died(self, core: _Core, reason: str) -> None:
+        if not core.alive:
+            return
+        core.alive = False
+        log.error("vLLM engine rank %d is gone: %s", core.rank, reason)
+        rids = list(core.in_flight)
+        for rid in rids:
+            self._forget(rid)
+        if not any(c.alive for c in self._cores):
+            self._alive = False
+            self.dead_reason = reason
+        if self._output is not None:
+            for rid in rids:
+                self._output(encode_error_frame(rid, f"the engine died: {reason}"))
+
+    def _forget(self, rid: str) -> _Core | None:
+        core = self._owner.pop(rid, None)
+        if core is not None:
+            core.in_flight.discard(rid)
+            del self._prompt_lens[rid]
+            del self._max_tokens[rid]
+        return core
+
+    def _flush_aborts(self) -> None:
+        self._abort_scheduled = False
+        pending, self._pending_aborts = self._pending_aborts, {}
+        if self._input_sync is None:
+            return
+        for identity, rids in pending.items():
+            with contextlib.suppress(zmq.ZMQError):
+                self._input_sync.send_multipart((identity, wire.ABORT, wire.encode_abort(rids)))
+
+    def _finish_locally(self, request: EngineRequest) -> None:
+        """A request that asks for no tokens: done without the engine (vLLM refuses it)."""
+        assert self._output is not None
+        decoded = Decoded(
+            True,
+            [request.rid],
+            [0],
+            None,
+            [FinishReason.length(0)],
+            [len(request.prompt_ids)],
+        )
+        asyncio.get_running_loop().call_soon(self._output, decoded)
+
+    def _utility_result(self, out: wire.UtilityOutput) -> None:
+        fut = self._utility.pop(out.call_id, None)
+        if fut is None or fut.done():
+            return
+        if out.failure_message is not None:
+            fut.set_exception(RuntimeError(out.failure_message))
+        else:
+            result = out.result
+            fut.set_result(result[1] if isinstance(result, list) and len(result) == 2 else result)
+
+    def _stats(self, rank: int, raw: msgspec.Raw) -> None:
+        with contextlib.suppress(msgspec.DecodeError):
+            stats = msgspec.msgpack.decode(raw)
+            if isinstance(stats, dict):
+                self.scheduler_stats[rank] = stats
+
+
+def _tune(sock: zmq.Socket, *, notify: bool = False) -> None:
+    """vLLM's settings for these sockets (unbounded queues), no linger on close, and for the
+    input ROUTER an empty message from an engine whose connection drops."""
+    sock.setsockopt(zmq.SNDHWM, 0)
+    sock.setsockopt(zmq.RCVHWM, 0)
+    sock.setsockopt(zmq.LINGER, 0)
+    if notify:
+        sock.setsockopt(zmq.ROUTER_NOTIFY, zmq.NOTIFY_DISCONNECT)
+
+
+def _host_of(address: str) -> str:
+    if not address.startswith("tcp://") or ":" not in address[6:]:
+        raise ValueError(f"the handshake address must be tcp://HOST:PORT, got {address!r}")
+    return address[6:].rsplit(":", 1)[0]

@@ -1,0 +1,140 @@
+"""``VllmLauncher``: a headless ``vllm serve`` child that lives and dies with tokenwire.
+
+The child runs ``CMD serve MODEL --headless --data-parallel-address 127.0.0.1
+--data-parallel-rpc-port P --data-parallel-size N --data-parallel-size-local N ...`` in a process
+group of its own (so stopping it stops the engine processes it starts), with the parent-death
+signal set (so it does not outlive a tokenwire that is killed). Its output goes to tokenwire's
+log, each line prefixed, and the last lines are kept for the error message should it fail.
+"""
+
+from __future__ import annotations
+
+import collections
+import contextlib
+import logging
+import os
+import shlex
+import signal
+import socket
+import subprocess
+import sys
+import threading
+from collections.abc import Sequence
+
+__all__ = ["VllmLauncher", "free_port"]
+
+log = logging.getLogger("tokenwire.engine.vllm.child")
+
+#: Lines of the child's output kept for error messages.
+_TAIL = 40
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    """A TCP port nobody listens on right now."""
+    with socket.socket() as s:
+        s.bind((host, 0))
+        return s.getsockname()[1]
+
+
+def _die_with_parent() -> None:  # pragma: no cover - runs in the child between fork and exec
+    os.setsid()
+    if sys.platform.startswith("linux"):
+        import ctypes
+
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+
+
+class VllmLauncher:
+    """Starts and stops one headless vLLM child (any number of engines inside it)."""
+
+    def __init__(
+        self,
+        model: str,
+        *,
+        port: int,
+        command: Sequence[str] = ("vllm",),
+        data_parallel_size: int = 1,
+        extra_args: Sequence[str] = (),
+        host: str = "127.0.0.1",
+        env: dict[str, str] | None = None,
+    ) -> None:
+        self.argv = [
+            *command,
+            "serve",
+            model,
+            "--headless",
+            "--data-parallel-address",
+            host,
+            "--data-parallel-rpc-port",
+            str(port),
+            "--data-parallel-size",
+            str(data_parallel_size),
+            "--data-parallel-size-local",
+            str(data_parallel_size),
+            *extra_args,
+        ]
+        self.env = env
+        self.tail: collections.deque[str] = collections.deque(maxlen=_TAIL)
+        self._proc: subprocess.Popen[bytes] | None = None
+        self._reader: threading.Thread | None = None
+
+    def start(self) -> None:
+        """Spawn the child (``FileNotFoundError`` names the command when it does not exist)."""
+        log.info("starting: %s", shlex.join(self.argv))
+        env = dict(os.environ if self.env is None else self.env)
+        env.setdefault("VLLM_HOST_IP", "127.0.0.1")
+        self._proc = subprocess.Popen(
+            self.argv,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            env=env,
+            preexec_fn=_die_with_parent,
+        )
+        self._reader = threading.Thread(target=self._pump, name="vllm-log", daemon=True)
+        self._reader.start()
+
+    def _pump(self) -> None:
+        assert self._proc is not None and self._proc.stdout is not None
+        for raw in self._proc.stdout:
+            line = raw.decode("utf-8", "replace").rstrip()
+            if line:
+                self.tail.append(line)
+                log.info("[vllm] %s", line)
+
+    @property
+    def pid(self) -> int | None:
+        return self._proc.pid if self._proc is not None else None
+
+    @property
+    def returncode(self) -> int | None:
+        """None while the child runs."""
+        return self._proc.poll() if self._proc is not None else None
+
+    def failure_message(self) -> str:
+        """Why the child is gone, with its last lines of output."""
+        code = self.returncode
+        last = "\n".join(f"    {line}" for line in list(self.tail)[-15:])
+        return f"the vLLM process exited with status {code}; its last lines:\n{last}"
+
+    def stop(self, timeout: float = 15.0) -> None:
+        """Stop the child and everything it started: SIGTERM to its group, SIGKILL after
+        ``timeout`` seconds."""
+        proc = self._proc
+        if proc is None:
+            return
+        if proc.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGTERM)
+            try:
+                proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                log.warning("the vLLM process did not stop in %.0f s: killing it", timeout)
+        # Whatever is left of the group (engine processes included) goes now.
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            proc.wait(5)
+        if self._reader is not None:
+            self._reader.join(2)

@@ -1,0 +1,476 @@
+"""vLLM V1 EngineCore wire protocol, both sides, as plain functions and structs (no sockets).
+
+What travels (vLLM 0.32/0.33, msgpack through ``msgspec``; see the project's engine notes):
+
+- Handshake (ROUTER bound by the frontend, DEALER per engine with identity = rank as 2 bytes LE):
+  the engine sends ``{"status": "HELLO", "local", "headless"}``; the frontend answers with the
+  init metadata ``{"addresses": {"inputs", "outputs", ...}, "parallel_config": {}}``; the engine
+  connects a DEALER to every input address and a PUSH to every output address, sends its ready
+  response (a map) on each input socket, then ``{"status": "READY", ...}`` on the handshake.
+- Requests, frontend to engine on the input ROUTER: ``[identity, type, payload]`` with type
+  ``ADD`` (an ``EngineCoreRequest`` positional array, its ``SamplingParams`` a map of the
+  non-default fields), ``ABORT`` (a list of request ids), ``UTILITY``
+  (``[client_index, call_id, method, args]``).
+- Outputs, engine to frontend on the output PULL: ``EngineCoreOutputs`` (a positional array of
+  per-request ``EngineCoreOutput`` arrays), or the single frame ``ENGINE_CORE_DEAD``.
+
+Decoding is tolerant: fields newer releases append at the end are skipped, fields tokenwire does
+not use are left undecoded.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import msgspec
+import numpy as np
+
+from tokenwire.engine import EngineRequest
+from tokenwire.messages.errors import CodecError
+from tokenwire.messages.finish_reason import FinishReason
+from tokenwire.messages.frames import Decoded
+from tokenwire.messages.sampling import TOP_K_ALL, SamplingParams
+
+__all__ = [
+    "ABORT",
+    "ADD",
+    "ENGINE_CORE_DEAD",
+    "FINISH_ABORT",
+    "FINISH_ERROR",
+    "FINISH_LENGTH",
+    "FINISH_REPETITION",
+    "FINISH_STOP",
+    "UTILITY",
+    "EngineCoreOutput",
+    "EngineCoreOutputs",
+    "EngineEos",
+    "OutputBatch",
+    "UtilityOutput",
+    "decode_add",
+    "decode_handshake",
+    "decode_outputs",
+    "decode_ready_response",
+    "encode_abort",
+    "encode_add",
+    "encode_handshake",
+    "encode_init",
+    "encode_outputs",
+    "encode_ready_response",
+    "encode_utility",
+    "engine_identity",
+    "sampling_params_map",
+    "sampling_params_from_map",
+]
+
+ADD = b"\x00"
+ABORT = b"\x01"
+START_DP_WAVE = b"\x02"
+UTILITY = b"\x03"
+#: The one-frame message a dying engine sends on its output socket.
+ENGINE_CORE_DEAD = b"ENGINE_CORE_DEAD"
+
+# vLLM's FinishReason (an IntEnum on the wire).
+FINISH_STOP = 0
+FINISH_LENGTH = 1
+FINISH_ABORT = 2
+FINISH_ERROR = 3
+FINISH_REPETITION = 4
+
+_encode = msgspec.msgpack.Encoder().encode
+_decode_any = msgspec.msgpack.Decoder().decode
+
+
+def engine_identity(rank: int) -> bytes:
+    """The ZMQ identity of data-parallel rank ``rank``."""
+    return rank.to_bytes(2, "little")
+
+
+# ---- handshake -----------------------------------------------------------------------------------
+
+
+def encode_handshake(status: str, *, local: bool = False, headless: bool = True) -> bytes:
+    """An engine's HELLO or READY message."""
+    return _encode({"status": status, "local": local, "headless": headless})
+
+
+def decode_handshake(payload: bytes) -> dict[str, Any]:
+    """An engine's HELLO or READY message (``CodecError`` when it is not one)."""
+    try:
+        msg = _decode_any(payload)
+    except msgspec.DecodeError as exc:
+        raise CodecError(f"handshake message: {exc}") from None
+    if not isinstance(msg, dict) or msg.get("status") not in ("HELLO", "READY"):
+        raise CodecError(f"handshake message is not HELLO or READY: {msg!r:.200}")
+    return msg
+
+
+def encode_init(inputs: Sequence[str], outputs: Sequence[str]) -> bytes:
+    """The frontend's answer to HELLO: where the engine connects its input and output sockets."""
+    return _encode(
+        {
+            "addresses": {
+                "inputs": list(inputs),
+                "outputs": list(outputs),
+                "coordinator_input": None,
+                "coordinator_output": None,
+                "frontend_stats_publish_address": None,
+            },
+            "parallel_config": {},
+        }
+    )
+
+
+def decode_init(payload: bytes) -> tuple[list[str], list[str]]:
+    """The engine's view of the init metadata: ``(input addresses, output addresses)``."""
+    msg = _decode_any(payload)
+    try:
+        addresses = msg["addresses"]
+        return list(addresses["inputs"]), list(addresses["outputs"])
+    except (KeyError, TypeError):
+        raise CodecError(f"init metadata without addresses: {msg!r:.200}") from None
+
+
+def encode_ready_response(**fields: Any) -> bytes:
+    """An engine's ready response (``EngineCoreReadyResponse`` as a map)."""
+    base: dict[str, Any] = {
+        "max_model_len": 4096,
+        "num_gpu_blocks": 0,
+        "block_size": 16,
+        "dp_stats_address": None,
+        "dtype": "bfloat16",
+        "vllm_version": "0.32.0",
+        "world_size": 1,
+        "data_parallel_size": 1,
+        "tensor_parallel_size": 1,
+        "pipeline_parallel_size": 1,
+        "decode_context_parallel_size": 1,
+        "data_parallel_rank": 0,
+        "max_num_seqs": 256,
+        "max_num_batched_tokens": 8192,
+        "instance_id": "tokenwire-mock",
+        "supports_lora": False,
+        "max_loras": 0,
+    }
+    base.update(fields)
+    return _encode(base)
+
+
+def decode_ready_response(payload: bytes) -> dict[str, Any]:
+    """An engine's ready response (empty for engines that send an empty one)."""
+    if not payload:
+        return {}
+    msg = _decode_any(payload)
+    if not isinstance(msg, dict):
+        raise CodecError("the engine's ready response is not a map")
+    return msg
+
+
+# ---- requests ------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class EngineEos:
+    """What vLLM's own frontend derives from the model's configs for every request: the primary
+    EOS id (the tokenizer's) and the extra EOS ids of ``generation_config.json``, which it adds to
+    ``stop_token_ids`` (so they finish with that id as ``stop_reason``)."""
+
+    eos_token_id: int | None
+    extra_eos_token_ids: tuple[int, ...] = ()
+
+    @classmethod
+    def from_ids(cls, eos_token_ids: Sequence[int]) -> EngineEos:
+        ids = list(eos_token_ids)
+        return cls(ids[0] if ids else None, tuple(ids[1:]))
+
+
+def sampling_params_map(
+    params: SamplingParams, prompt_len: int, max_model_len: int | None, eos: EngineEos
+) -> dict[str, Any]:
+    """vLLM's ``SamplingParams`` (non-default fields only) for one tokenwire request. Stop strings
+    and regexes stay in the frontend; token-level stops, length and sampling go to the engine."""
+    out: dict[str, Any] = {}
+    if params.top_k == 1:
+        out["temperature"] = 0.0  # greedy: vLLM's argmax path
+    else:
+        if params.temperature != 1.0:
+            out["temperature"] = params.temperature
+        if params.top_k != TOP_K_ALL:
+            out["top_k"] = params.top_k
+    if params.top_p != 1.0:
+        out["top_p"] = params.top_p
+    if params.min_p != 0.0:
+        out["min_p"] = params.min_p
+    for key in ("presence_penalty", "frequency_penalty"):
+        if getattr(params, key) != 0.0:
+            out[key] = getattr(params, key)
+    if params.repetition_penalty != 1.0:
+        out["repetition_penalty"] = params.repetition_penalty
+    if params.sampling_seed is not None:
+        out["seed"] = params.sampling_seed
+    max_tokens = params.max_new_tokens
+    if max_tokens is None:
+        max_tokens = max(max_model_len - prompt_len, 0) if max_model_len else 1 << 31
+    out["max_tokens"] = max_tokens
+    if params.min_new_tokens:
+        out["min_tokens"] = params.min_new_tokens
+    stop_ids = list(params.stop_token_ids or [])
+    all_stops = set(stop_ids)
+    if eos.eos_token_id is not None:
+        all_stops.add(eos.eos_token_id)
+    if eos.extra_eos_token_ids:
+        all_stops.update(eos.extra_eos_token_ids)
+        if not params.ignore_eos:
+            stop_ids = list(dict.fromkeys([*eos.extra_eos_token_ids, *stop_ids]))
+    if stop_ids:
+        out["stop_token_ids"] = stop_ids
+    if params.ignore_eos:
+        out["ignore_eos"] = True
+    elif eos.eos_token_id is not None:
+        out["_eos_token_id"] = eos.eos_token_id
+    if all_stops:
+        out["_all_stop_token_ids"] = sorted(all_stops)
+    if params.logit_bias:
+        out["logit_bias"] = {int(k): float(v) for k, v in params.logit_bias.items()}
+    structured = _structured_outputs(params)
+    if structured is not None:
+        out["structured_outputs"] = structured
+    return out
+
+
+def _structured_outputs(params: SamplingParams) -> dict[str, Any] | None:
+    if params.json_schema is not None:
+        return {"json": params.json_schema}
+    if params.regex is not None:
+        return {"regex": params.regex}
+    if params.ebnf is not None:
+        return {"grammar": params.ebnf}
+    if params.structural_tag is not None:
+        return {"structural_tag": params.structural_tag}
+    return None
+
+
+def encode_add(
+    request: EngineRequest,
+    sampling: dict[str, Any],
+    *,
+    client_index: int = 0,
+    priority: int = 0,
+    arrival_time: float | None = None,
+) -> bytes:
+    """An ``EngineCoreRequest`` payload (the ADD type byte travels as its own frame)."""
+    arrival = time.time() if arrival_time is None else arrival_time
+    fields: list[Any] = [
+        request.rid,
+        request.prompt_ids,
+        None,  # mm_features
+        sampling,
+        None,  # pooling_params
+        arrival,
+        None,  # lora_request
+        None,  # cache_salt
+        None,  # data_parallel_rank
+    ]
+    if client_index or priority:
+        # prompt_embeds, prompt_is_token_ids, client_index, current_wave, priority
+        fields += [None, None, client_index, 0, priority]
+    return _encode(fields)
+
+
+def encode_abort(rids: Iterable[str]) -> bytes:
+    """An ABORT payload."""
+    return _encode(list(rids))
+
+
+def encode_utility(client_index: int, call_id: int, method: str, args: Sequence[Any]) -> bytes:
+    """A UTILITY payload."""
+    return _encode([client_index, call_id, method, list(args)])
+
+
+# ---- engine side of requests ---------------------------------------------------------------------
+
+
+@dataclass
+class AddRequest:
+    """A decoded ADD, as an engine sees it."""
+
+    rid: str
+    prompt_ids: list[int]
+    sampling: dict[str, Any]
+    client_index: int = 0
+    priority: int = 0
+
+
+def decode_add(payload: bytes) -> AddRequest:
+    """An ``EngineCoreRequest`` (``CodecError`` if it is not one)."""
+    try:
+        msg = _decode_any(payload)
+    except msgspec.DecodeError as exc:
+        raise CodecError(f"ADD: {exc}") from None
+    if not isinstance(msg, list) or len(msg) < 9 or not isinstance(msg[0], str):
+        raise CodecError("ADD is not an EngineCoreRequest array")
+    prompt = msg[1] or []
+    sampling = msg[3]
+    if not isinstance(sampling, dict):
+        raise CodecError("ADD without sampling params (pooling is not supported)")
+    client_index = msg[11] if len(msg) > 11 and isinstance(msg[11], int) else 0
+    priority = msg[13] if len(msg) > 13 and isinstance(msg[13], int) else 0
+    return AddRequest(msg[0], list(prompt), sampling, client_index, priority)
+
+
+def sampling_params_from_map(sp: dict[str, Any]) -> SamplingParams:
+    """tokenwire's ``SamplingParams`` for a vLLM sampling-params map (what a mock engine honours:
+    length, min length, token stops, EOS only when ``_eos_token_id`` is given, seed)."""
+    temperature = float(sp.get("temperature", 1.0))
+    top_k = int(sp.get("top_k", 0) or 0)
+    params = SamplingParams(
+        max_new_tokens=int(sp.get("max_tokens", 16)),
+        min_new_tokens=int(sp.get("min_tokens", 0)),
+        stop_token_ids=list(sp.get("stop_token_ids") or []) or None,
+        ignore_eos=bool(sp.get("ignore_eos", False)) or sp.get("_eos_token_id") is None,
+        sampling_seed=sp.get("seed"),
+        temperature=1.0 if temperature < 1e-6 else temperature,
+        top_k=1 if temperature < 1e-6 else (top_k if top_k > 0 else TOP_K_ALL),
+    )
+    params.normalized = True
+    return params
+
+
+# ---- outputs -------------------------------------------------------------------------------------
+
+
+class EngineCoreOutput(msgspec.Struct, array_like=True, omit_defaults=True, gc=False):
+    """One request's part of an engine step (fields tokenwire reads; later ones are skipped)."""
+
+    request_id: str
+    new_token_ids: list[int]
+    new_logprobs: msgspec.Raw | None = None
+    new_prompt_logprobs_tensors: msgspec.Raw | None = None
+    pooling_output: msgspec.Raw | None = None
+    finish_reason: int | None = None
+    stop_reason: int | str | None = None
+    events: msgspec.Raw | None = None
+    kv_transfer_params: msgspec.Raw | None = None
+    ec_transfer_params: msgspec.Raw | None = None
+    trace_headers: msgspec.Raw | None = None
+    prefill_stats: msgspec.Raw | None = None
+
+
+class UtilityOutput(msgspec.Struct, array_like=True, gc=False):
+    """The result of a UTILITY call: ``result`` is ``[type info, value]``."""
+
+    call_id: int
+    failure_message: str | None = None
+    result: Any = None
+
+
+class EngineCoreOutputs(msgspec.Struct, array_like=True, omit_defaults=True, gc=False):
+    """One message from an engine."""
+
+    engine_index: int = 0
+    outputs: list[EngineCoreOutput] = []
+    scheduler_stats: msgspec.Raw | None = None
+    timestamp: float = 0.0
+    utility_output: UtilityOutput | None = None
+    finished_requests: list[str] | None = None
+    wave_complete: int | None = None
+    start_wave: int | None = None
+
+
+_outputs_decoder = msgspec.msgpack.Decoder(EngineCoreOutputs)
+_outputs_encoder = msgspec.msgpack.Encoder()
+
+
+def encode_outputs(outputs: EngineCoreOutputs) -> bytes:
+    """An engine's output message."""
+    return _outputs_encoder.encode(outputs)
+
+
+def decode_outputs(payload: bytes | memoryview) -> EngineCoreOutputs:
+    """An engine's output message (``CodecError`` if malformed)."""
+    try:
+        return _outputs_decoder.decode(payload)
+    except (msgspec.DecodeError, msgspec.ValidationError) as exc:
+        raise CodecError(f"EngineCoreOutputs: {exc}") from None
+
+
+_REPETITION = FinishReason.from_json({"type": "repetition"})
+
+
+class OutputBatch:
+    """One output message turned into what the frontend needs: a ``Decoded`` step for the shard,
+    the requests the engine failed (``ERROR``), and the requests that are over."""
+
+    __slots__ = ("decoded", "errors", "finished")
+
+    def __init__(self, decoded: Decoded, errors: list[tuple[str, str]], finished: list[str]):
+        self.decoded = decoded
+        self.errors = errors
+        self.finished = finished
+
+
+def to_batch(
+    outputs: Sequence[EngineCoreOutput],
+    prompt_lens: dict[str, int],
+    max_tokens: dict[str, int | None],
+) -> OutputBatch:
+    """Columns for the shard from one step's outputs. ``prompt_lens`` and ``max_tokens`` are the
+    frontend's per-request records (the engine does not repeat them)."""
+    rids: list[str] = []
+    tok_lens: list[int] = []
+    chunks: list[list[int]] = []
+    finishes: list[FinishReason | None] = []
+    prompts: list[int] = []
+    errors: list[tuple[str, str]] = []
+    finished: list[str] = []
+    get_prompt = prompt_lens.get
+    for out in outputs:
+        rid = out.request_id
+        ids = out.new_token_ids
+        code = out.finish_reason
+        fin: FinishReason | None = None
+        if code is not None:
+            finished.append(rid)
+            if code == FINISH_STOP:
+                reason = out.stop_reason
+                if reason is None:  # EOS: the last token
+                    fin = FinishReason.stop(ids[-1] if ids else None)
+                else:
+                    fin = FinishReason.stop(reason)
+            elif code == FINISH_LENGTH:
+                fin = FinishReason.length(max_tokens.get(rid))
+            elif code == FINISH_ABORT:
+                fin = FinishReason.abort("aborted by the engine")
+            elif code == FINISH_REPETITION:
+                fin = _REPETITION
+            else:  # FINISH_ERROR, or a code newer than this module
+                errors.append((rid, f"the engine failed the request (finish reason {code})"))
+                continue
+        rids.append(rid)
+        tok_lens.append(len(ids))
+        chunks.append(ids)
+        finishes.append(fin)
+        prompts.append(get_prompt(rid, 0))
+    flat = [t for c in chunks for t in c] if len(chunks) != 1 else chunks[0]
+    token_ids = np.array(flat, dtype=np.int32) if flat else np.empty(0, dtype=np.int32)
+    decoded = Decoded(True, rids, tok_lens, token_ids, finishes, prompts)
+    return OutputBatch(decoded, errors, finished)
+
+
+def outputs_for_step(
+    engine_index: int,
+    rows: Iterable[tuple[str, list[int], int | None, int | str | None]],
+    *,
+    timestamp: float | None = None,
+) -> EngineCoreOutputs:
+    """An engine's message for one step: ``(rid, new ids, finish code, stop reason)`` rows."""
+    return EngineCoreOutputs(
+        engine_index=engine_index,
+        outputs=[
+            EngineCoreOutput(rid, ids, finish_reason=code, stop_reason=reason)
+            for rid, ids, code, reason in rows
+        ],
+        timestamp=time.monotonic() if timestamp is None else timestamp,
+    )
