@@ -5,8 +5,10 @@ from __future__ import annotations
 import argparse
 import logging
 import os
+import shlex
 import sys
 from collections.abc import Sequence
+from typing import Any
 
 from tokenwire.messages.sampling import DEFAULT_MAX_STOP_STR_LEN
 from tokenwire.server import features
@@ -55,10 +57,12 @@ def build_parser() -> argparse.ArgumentParser:
     )
     serve.add_argument(
         "--engine",
-        choices=["synthetic"],
+        choices=["synthetic", "vllm"],
         default="synthetic",
-        help="the engine to serve (default: %(default)s)",
+        help="the engine to serve: the bundled synthetic one, or vLLM engines over their "
+        "EngineCore protocol (default: %(default)s)",
     )
+    _add_vllm_args(serve)
     serve.add_argument(
         "--host", default="127.0.0.1", help="address to listen on (default: %(default)s)"
     )
@@ -79,45 +83,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="longest stop string a request may send, in UTF-8 bytes; longer ones get 400 "
         "(default: %(default)s)",
     )
-    serve.add_argument(
-        "--step-time-ms",
-        type=float,
-        default=20.0,
-        help="synthetic engine: milliseconds per decode step, 0 for as fast as possible "
-        "(default: %(default)s)",
-    )
-    serve.add_argument(
-        "--max-batch-size",
-        type=int,
-        default=256,
-        help="synthetic engine: requests decoded together (default: %(default)s)",
-    )
-    serve.add_argument(
-        "--tokens-per-step",
-        type=int,
-        default=1,
-        help="synthetic engine: tokens per request per step, >1 mimics speculative decoding "
-        "(default: %(default)s)",
-    )
-    serve.add_argument(
-        "--synthetic-output",
-        choices=["replay", "echo", "random"],
-        default="replay",
-        help="synthetic engine: replay a realistic text, echo the prompt, or random ids "
-        "(default: %(default)s)",
-    )
-    serve.add_argument(
-        "--eos-prob",
-        type=float,
-        default=0.0,
-        help="synthetic engine: chance of EOS at each token (default: %(default)s)",
-    )
-    serve.add_argument(
-        "--seed",
-        type=int,
-        default=0,
-        help="synthetic engine: base seed for output choices (default: %(default)s)",
-    )
+    _add_synthetic_args(serve)
     features.add_arguments(serve)
     serve.add_argument(
         "--cpu",
@@ -131,7 +97,122 @@ def build_parser() -> argparse.ArgumentParser:
         choices=["debug", "info", "warning", "error"],
         help="log level (default: %(default)s)",
     )
+    mock = sub.add_parser(
+        "mock-engine",
+        help="run the synthetic engine as a headless vLLM engine (for any vLLM frontend)",
+        description=(
+            "Speak the engine side of vLLM's EngineCore protocol over the synthetic engine: dial "
+            "a vLLM frontend's handshake address (tokenwire serve --engine vllm "
+            "--handshake-address, or stock vllm serve waiting for a remote engine) and serve it."
+        ),
+    )
+    mock.add_argument(
+        "--handshake-address", required=True, help="the frontend's tcp://HOST:PORT to dial"
+    )
+    mock.add_argument(
+        "--data-parallel-rank", type=int, default=0, help="this engine's rank (default: 0)"
+    )
+    mock.add_argument(
+        "--tokenizer", default=None, help="the tokenizer (default: the bundled Qwen3 one)"
+    )
+    mock.add_argument(
+        "--max-model-len",
+        type=int,
+        default=None,
+        help="the context length it reports (default: the tokenizer's)",
+    )
+    _add_synthetic_args(mock)
+    mock.add_argument(
+        "--log-level",
+        default="info",
+        choices=["debug", "info", "warning", "error"],
+        help="log level (default: %(default)s)",
+    )
     return parser
+
+
+def _add_synthetic_args(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--step-time-ms",
+        type=float,
+        default=20.0,
+        help="synthetic engine: milliseconds per decode step, 0 for as fast as possible "
+        "(default: %(default)s)",
+    )
+    parser.add_argument(
+        "--max-batch-size",
+        type=int,
+        default=256,
+        help="synthetic engine: requests decoded together (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--tokens-per-step",
+        type=int,
+        default=1,
+        help="synthetic engine: tokens per request per step, >1 mimics speculative decoding "
+        "(default: %(default)s)",
+    )
+    parser.add_argument(
+        "--synthetic-output",
+        choices=["replay", "echo", "random"],
+        default="replay",
+        help="synthetic engine: replay a realistic text, echo the prompt, or random ids "
+        "(default: %(default)s)",
+    )
+    parser.add_argument(
+        "--eos-prob",
+        type=float,
+        default=0.0,
+        help="synthetic engine: chance of EOS at each token (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--seed",
+        type=int,
+        default=0,
+        help="synthetic engine: base seed for output choices (default: %(default)s)",
+    )
+
+
+def _add_vllm_args(serve: argparse.ArgumentParser) -> None:
+    vllm = serve.add_argument_group("vLLM engine (--engine vllm)")
+    vllm.add_argument(
+        "--model",
+        default=None,
+        help="spawn a headless vLLM engine for this model directory or hub id (its tokenizer "
+        "is served unless --tokenizer says otherwise)",
+    )
+    vllm.add_argument(
+        "--vllm-command",
+        default="vllm",
+        help="the vLLM command to spawn, split like a shell line (default: %(default)s)",
+    )
+    vllm.add_argument(
+        "--vllm-arg",
+        action="append",
+        default=[],
+        metavar="ARG",
+        help="one more argument for the spawned vLLM (repeatable; write --vllm-arg=--flag "
+        "for arguments that start with a dash)",
+    )
+    vllm.add_argument(
+        "--handshake-address",
+        default=None,
+        help="instead of spawning: bind tcp://HOST:PORT and wait for headless engines started "
+        "elsewhere with vllm serve MODEL --headless --data-parallel-address HOST "
+        "--data-parallel-rpc-port PORT",
+    )
+    vllm.add_argument(
+        "--data-parallel-size",
+        type=int,
+        default=1,
+        help="vLLM engines (data-parallel ranks) to spawn or wait for (default: %(default)s)",
+    )
+    vllm.add_argument(
+        "--engine-start-timeout",
+        type=float,
+        default=900.0,
+        help="seconds to wait for the engines to be ready (default: %(default)s)",
+    )
 
 
 def _serve(args: argparse.Namespace) -> int:
@@ -143,7 +224,7 @@ def _serve(args: argparse.Namespace) -> int:
         raise SystemExit(f"tokenwire: {exc}") from None
     import uvicorn
 
-    from tokenwire.engine.synthetic import SyntheticConfig, SyntheticEngine
+    from tokenwire.engine.synthetic import SyntheticEngine
     from tokenwire.server import ServerConfig, create_app
     from tokenwire.server.api import RequestLimits
     from tokenwire.tokenizer import DEFAULT_TOKENIZER_NAME, Tokenizer
@@ -151,24 +232,18 @@ def _serve(args: argparse.Namespace) -> int:
     logging.basicConfig(level=args.log_level.upper(), format="%(levelname)s %(name)s: %(message)s")
     if args.cpu is not None:
         os.sched_setaffinity(0, {args.cpu})
+    if args.engine == "vllm" and not args.tokenizer and args.model:
+        args.tokenizer = args.model
     if args.tokenizer:
         tok = Tokenizer.from_pretrained(args.tokenizer, model_vocab_size=args.model_vocab_size)
-        name = args.served_model_name or str(args.tokenizer)
+        name = args.served_model_name or str(args.model or args.tokenizer)
     else:
         tok = Tokenizer.default(model_vocab_size=args.model_vocab_size)
         name = args.served_model_name or DEFAULT_TOKENIZER_NAME
     if args.max_model_len is not None:
         tok.max_model_len = args.max_model_len
-    engine = SyntheticEngine(
-        tok,
-        SyntheticConfig(
-            step_time=args.step_time_ms / 1000.0,
-            max_batch_size=args.max_batch_size,
-            tokens_per_step=args.tokens_per_step,
-            output=args.synthetic_output,
-            eos_prob=args.eos_prob,
-            seed=args.seed,
-        ),
+    engine = (
+        _vllm_engine(args, tok) if args.engine == "vllm" else SyntheticEngine(tok, _synthetic(args))
     )
     app = create_app(
         tok,
@@ -196,10 +271,86 @@ def _serve(args: argparse.Namespace) -> int:
     return 0
 
 
+def _synthetic(args: argparse.Namespace) -> Any:
+    from tokenwire.engine.synthetic import SyntheticConfig
+
+    return SyntheticConfig(
+        step_time=args.step_time_ms / 1000.0,
+        max_batch_size=args.max_batch_size,
+        tokens_per_step=args.tokens_per_step,
+        output=args.synthetic_output,
+        eos_prob=args.eos_prob,
+        seed=args.seed,
+    )
+
+
+def _vllm_engine(args: argparse.Namespace, tok: Any) -> Any:
+    """The vLLM engine of ``serve --engine vllm``: spawned (``--model``) or attached
+    (``--handshake-address``)."""
+    from tokenwire.engine.vllm import VllmEngine, VllmEngineConfig
+    from tokenwire.engine.vllm.launch import VllmLauncher, free_port
+
+    if args.data_parallel_size < 1:
+        raise SystemExit("tokenwire: --data-parallel-size must be at least 1")
+    launcher = None
+    if args.handshake_address:
+        address = args.handshake_address
+    elif args.model:
+        port = free_port()
+        address = f"tcp://127.0.0.1:{port}"
+        extra = list(args.vllm_arg)
+        if args.max_model_len is not None and "--max-model-len" not in extra:
+            extra += ["--max-model-len", str(args.max_model_len)]
+        launcher = VllmLauncher(
+            args.model,
+            port=port,
+            command=shlex.split(args.vllm_command),
+            data_parallel_size=args.data_parallel_size,
+            extra_args=extra,
+        )
+    else:
+        raise SystemExit("tokenwire: --engine vllm needs --model (spawn) or --handshake-address")
+
+    def progress(line: str) -> None:
+        print(f"tokenwire: {line}", file=sys.stderr, flush=True)
+
+    return VllmEngine(
+        tok,
+        VllmEngineConfig(
+            handshake_address=address,
+            data_parallel_size=args.data_parallel_size,
+            ready_timeout=args.engine_start_timeout,
+            launcher=launcher,
+            progress=progress,
+        ),
+    )
+
+
+def _mock_engine(args: argparse.Namespace) -> int:
+    from tokenwire.engine.vllm.mock import run_mock_engine
+    from tokenwire.tokenizer import Tokenizer
+
+    logging.basicConfig(level=args.log_level.upper(), format="%(levelname)s %(name)s: %(message)s")
+    if args.tokenizer:
+        tok = Tokenizer.from_pretrained(args.tokenizer)
+    else:
+        tok = Tokenizer.default()
+    run_mock_engine(
+        tok,
+        _synthetic(args),
+        args.handshake_address,
+        rank=args.data_parallel_rank,
+        max_model_len=args.max_model_len,
+    )
+    return 0
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     if args.command == "serve":
         return _serve(args)
+    if args.command == "mock-engine":
+        return _mock_engine(args)
     return 2  # pragma: no cover - argparse requires a command
 
 

@@ -44,7 +44,7 @@ from tokenwire.messages.frames import (
 )
 from tokenwire.server import api
 from tokenwire.server.features import Features
-from tokenwire.server.metrics import Metrics
+from tokenwire.server.metrics import EngineCollector, Metrics
 from tokenwire.shard import DetokShard
 from tokenwire.tokenizer import Tokenizer
 
@@ -81,6 +81,7 @@ class Runtime:
         )
         self.shard = DetokShard(self._abort_in_engine)
         self.metrics = Metrics()
+        EngineCollector(engine, self.metrics.registry)
         self._ids = itertools.count()
         self._controls: dict[str, asyncio.Future[bytes]] = {}
         self._watchdog: asyncio.Task[None] | None = None

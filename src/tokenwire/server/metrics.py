@@ -11,9 +11,9 @@ from bisect import bisect_left
 from collections.abc import Iterator, Sequence
 
 from prometheus_client import CollectorRegistry, Counter, Gauge
-from prometheus_client.core import HistogramMetricFamily
+from prometheus_client.core import GaugeMetricFamily, HistogramMetricFamily
 
-__all__ = ["Metrics", "LoopHistogram"]
+__all__ = ["EngineCollector", "Metrics", "LoopHistogram"]
 
 
 class LoopHistogram:
@@ -89,3 +89,38 @@ class Metrics:
         self.in_flight = Gauge(
             "tokenwire_requests_in_flight", "Engine requests in flight", registry=r
         )
+
+
+class EngineCollector:
+    """Engine-side gauges, read at scrape time from what the engines last reported (vLLM's names
+    with a ``tokenwire:`` prefix): requests running and waiting, KV cache usage, live engines."""
+
+    def __init__(self, engine: object, registry: CollectorRegistry) -> None:
+        self.engine = engine
+        registry.register(self)
+
+    def collect(self) -> Iterator[GaugeMetricFamily]:
+        stats = getattr(self.engine, "scheduler_stats", None)
+        alive = GaugeMetricFamily("tokenwire:engines_alive", "Engines able to serve")
+        engines = getattr(self.engine, "engines", None)
+        if engines is not None:
+            alive.add_metric([], sum(1 for e in engines if e["alive"]))
+        else:
+            alive.add_metric([], 1 if getattr(self.engine, "alive", False) else 0)
+        yield alive
+        if stats is None:
+            return
+        for name, key, doc in (
+            ("tokenwire:num_requests_running", "num_running_reqs", "Requests in engine batches"),
+            ("tokenwire:num_requests_waiting", "num_waiting_reqs", "Requests waiting in engines"),
+            ("tokenwire:kv_cache_usage_perc", "kv_cache_usage", "KV cache usage (1 = full)"),
+        ):
+            family = GaugeMetricFamily(name, doc, labels=["engine"])
+            for rank, values in sorted(stats.items()):
+                value = values.get(key)
+                if isinstance(value, (int, float)):
+                    family.add_metric([str(rank)], float(value))
+            yield family
+
+    def describe(self) -> list:
+        return []

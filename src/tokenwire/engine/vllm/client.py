@@ -43,6 +43,9 @@ __all__ = ["VllmEngine", "VllmEngineConfig", "check_vllm_params"]
 
 log = logging.getLogger("tokenwire.engine.vllm")
 
+#: Seconds between checks that every engine is still connected.
+_PROBE_PERIOD = 2.0
+
 
 @dataclass
 class VllmEngineConfig:
@@ -111,7 +114,7 @@ class VllmEngine:
     """The engine; see the module docstring."""
 
     #: vLLM constrains decoding itself (``structured_outputs``).
-    supports_structured_output = True
+    supports_structured_outputs = True
 
     def __init__(self, tokenizer: Tokenizer, config: VllmEngineConfig) -> None:
         self.tokenizer = tokenizer
@@ -158,11 +161,16 @@ class VllmEngine:
         ranks = range(cfg.engine_start_index, cfg.engine_start_index + cfg.data_parallel_size)
         self._cores = [_Core(r, wire.engine_identity(r)) for r in ranks]
         if cfg.input_fd is not None and cfg.output_fd is not None:
-            self._input = self._adopt(zmq.ROUTER, cfg.input_fd, notify=True)
+            self._input = self._adopt(zmq.ROUTER, cfg.input_fd)
             self._output_sock = self._adopt(zmq.PULL, cfg.output_fd)
             await self._wait_ready_responses(time.monotonic() + cfg.ready_timeout)
         else:
-            await self._handshake()
+            try:
+                await self._handshake()
+            except BaseException:
+                if cfg.launcher is not None:
+                    await asyncio.to_thread(cfg.launcher.stop)
+                raise
         self._input_sync = zmq.Socket.shadow(self._input.underlying)
         self._input_sync.setsockopt(zmq.ROUTER_MANDATORY, 1)
         lens = [c.ready.get("max_model_len") for c in self._cores]
@@ -252,12 +260,12 @@ class VllmEngine:
 
     # ---- internals -------------------------------------------------------------------------------
 
-    def _adopt(self, kind: int, fd: int, *, notify: bool = False) -> zmq.asyncio.Socket:
+    def _adopt(self, kind: int, fd: int) -> zmq.asyncio.Socket:
         """A ZMQ socket over a listener file descriptor vLLM's supervisor bound."""
         assert self._ctx is not None
         sock = self._ctx.socket(kind)
         sock.setsockopt(zmq.USE_FD, fd)
-        _tune(sock, notify=notify)
+        _tune(sock)
         family = socket.AF_UNIX
         probe = socket.socket(fileno=fd)
         try:
@@ -281,11 +289,13 @@ class VllmEngine:
         _tune(hs)
         hs.bind(cfg.handshake_address)
         self._input = self._ctx.socket(zmq.ROUTER)
-        _tune(self._input, notify=True)
+        _tune(self._input)
         self._input.bind(f"tcp://{host}:*")
         self._output_sock = self._ctx.socket(zmq.PULL)
         _tune(self._output_sock)
         self._output_sock.bind(f"tcp://{host}:*")
+        if cfg.launcher is not None:
+            cfg.launcher.start()
         init = wire.encode_init(
             [self._input.getsockopt_string(zmq.LAST_ENDPOINT)],
             [self._output_sock.getsockopt_string(zmq.LAST_ENDPOINT)],
@@ -346,6 +356,16 @@ class VllmEngine:
             core.ready = wire.decode_ready_response(rest[0] if rest else b"")
             waiting.discard(identity)
 
+    def _malformed(self, buf: Any, exc: Exception) -> None:
+        """An output message that does not decode: the requests it names fail, here and in the
+        engine (no request may keep running with nobody to read it)."""
+        rids = [rid for rid in wire.request_ids_in(buf) if rid in self._owner]
+        log.error("malformed engine output (%s): failing %d request(s)", exc, len(rids))
+        assert self._output is not None
+        for rid in rids:
+            self.abort(rid)
+            self._output(encode_error_frame(rid, "malformed engine output"))
+
     def _check_launcher(self) -> None:
         launcher = self.config.launcher
         if launcher is not None and launcher.returncode is not None:
@@ -377,7 +397,7 @@ class VllmEngine:
                     try:
                         msg = decode(buf)
                     except CodecError as exc:
-                        log.error("malformed engine output (%s): dropped", exc)
+                        self._malformed(buf, exc)
                         continue
                     if msg.outputs:
                         batch = wire.to_batch(msg.outputs, self._prompt_lens, self._max_tokens)
@@ -388,7 +408,7 @@ class VllmEngine:
                             output(encode_error_frame(rid, message))
                     if msg.utility_output is not None:
                         self._utility_result(msg.utility_output)
-                    if msg.scheduler_stats is not None:
+                    if msg.scheduler_stats != wire._NIL:
                         self._stats(msg.engine_index, msg.scheduler_stats)
         except asyncio.CancelledError:
             raise
@@ -399,14 +419,32 @@ class VllmEngine:
                     self._core_died(core, f"engine output socket failed: {exc}")
 
     async def _watch_connections(self) -> None:
-        """The input ROUTER tells when an engine's connection drops (ROUTER_NOTIFY)."""
+        """Find engines whose connection dropped: after every disconnect on the input socket, and
+        every ``_PROBE_PERIOD`` seconds, each live engine gets an empty ABORT (a no-op), which the
+        ROUTER cannot route to an identity that is gone."""
         assert self._input is not None
-        by_identity = {c.identity: c for c in self._cores}
-        while True:
-            identity, *rest = await self._input.recv_multipart()
-            core = by_identity.get(identity)
-            if core is not None and rest == [b""] and core.alive and not self._closing:
-                self._core_died(core, f"engine rank {core.rank} disconnected")
+        monitor = self._input.get_monitor_socket(zmq.EVENT_DISCONNECTED)
+        try:
+            while True:
+                if await monitor.poll(_PROBE_PERIOD * 1000):
+                    await monitor.recv_multipart()
+                self._probe()
+        finally:
+            with contextlib.suppress(zmq.ZMQError):
+                self._input.disable_monitor()
+            monitor.close(linger=0)
+
+    def _probe(self) -> None:
+        if self._input_sync is None or self._closing:
+            return
+        empty = wire.encode_abort([])
+        for core in self._cores:
+            if not core.alive:
+                continue
+            try:
+                self._input_sync.send_multipart((core.identity, wire.ABORT, empty))
+            except zmq.ZMQError as exc:
+                self._core_died(core, f"engine rank {core.rank} disconnected ({exc})")
 
     async def _watch_launcher(self) -> None:
         launcher = self.config.launcher
@@ -488,14 +526,11 @@ class VllmEngine:
                 self.scheduler_stats[rank] = stats
 
 
-def _tune(sock: zmq.Socket, *, notify: bool = False) -> None:
-    """vLLM's settings for these sockets (unbounded queues), no linger on close, and for the
-    input ROUTER an empty message from an engine whose connection drops."""
+def _tune(sock: zmq.Socket) -> None:
+    """vLLM's settings for these sockets (unbounded queues), and no linger on close."""
     sock.setsockopt(zmq.SNDHWM, 0)
     sock.setsockopt(zmq.RCVHWM, 0)
     sock.setsockopt(zmq.LINGER, 0)
-    if notify:
-        sock.setsockopt(zmq.ROUTER_NOTIFY, zmq.NOTIFY_DISCONNECT)
 
 
 def _host_of(address: str) -> str:

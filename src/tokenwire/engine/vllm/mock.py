@@ -132,8 +132,11 @@ class MockEngine:
                 if kind == wire.ADD:
                     self._add(wire.decode_add(payload))
                 elif kind == wire.ABORT:
-                    for rid in wire._decode_any(payload):
+                    rids = wire._decode_any(payload)
+                    for rid in rids:
                         self._abort(rid)
+                    if rids:
+                        self._send_stats()
                 elif kind == wire.UTILITY:
                     self._utility(payload)
                 else:
@@ -197,9 +200,25 @@ class MockEngine:
                     else:
                         code = wire.FINISH_ABORT
                 rows.setdefault(client, []).append((rid, new, code, reason))
+        stats = self._stats()
         for client, client_rows in rows.items():
-            msg = wire.outputs_for_step(self.rank, client_rows)
+            msg = wire.outputs_for_step(self.rank, client_rows, stats=stats)
             self._outputs[client].send(wire.encode_outputs(msg), copy=False)
+
+    def _stats(self) -> dict[str, Any]:
+        running = self.synthetic.running
+        return {
+            "num_running_reqs": running,
+            "num_waiting_reqs": self.synthetic.waiting,
+            "kv_cache_usage": running / self.max_batch_size,
+        }
+
+    def _send_stats(self) -> None:
+        """Scheduler stats alone (after aborts, which no step reports)."""
+        msg = wire.outputs_for_step(self.rank, [], stats=self._stats())
+        data = wire.encode_outputs(msg)
+        for sock in self._outputs:
+            sock.send(data, copy=False)
 
 
 def run_mock_engine(

@@ -60,6 +60,7 @@ __all__ = [
     "encode_outputs",
     "encode_ready_response",
     "encode_utility",
+    "request_ids_in",
     "engine_identity",
     "sampling_params_map",
     "sampling_params_from_map",
@@ -341,21 +342,21 @@ def sampling_params_from_map(sp: dict[str, Any]) -> SamplingParams:
 # ---- outputs -------------------------------------------------------------------------------------
 
 
+#: A field kept undecoded (a nil until the engine sends something else).
+_NIL = msgspec.Raw(b"\xc0")
+
+
 class EngineCoreOutput(msgspec.Struct, array_like=True, omit_defaults=True, gc=False):
-    """One request's part of an engine step (fields tokenwire reads; later ones are skipped)."""
+    """One request's part of an engine step: the fields tokenwire reads (the later ones, events,
+    prefill stats and whatever newer releases append, are skipped undecoded)."""
 
     request_id: str
     new_token_ids: list[int]
-    new_logprobs: msgspec.Raw | None = None
-    new_prompt_logprobs_tensors: msgspec.Raw | None = None
-    pooling_output: msgspec.Raw | None = None
+    new_logprobs: msgspec.Raw = _NIL
+    new_prompt_logprobs_tensors: msgspec.Raw = _NIL
+    pooling_output: msgspec.Raw = _NIL
     finish_reason: int | None = None
     stop_reason: int | str | None = None
-    events: msgspec.Raw | None = None
-    kv_transfer_params: msgspec.Raw | None = None
-    ec_transfer_params: msgspec.Raw | None = None
-    trace_headers: msgspec.Raw | None = None
-    prefill_stats: msgspec.Raw | None = None
 
 
 class UtilityOutput(msgspec.Struct, array_like=True, gc=False):
@@ -367,16 +368,14 @@ class UtilityOutput(msgspec.Struct, array_like=True, gc=False):
 
 
 class EngineCoreOutputs(msgspec.Struct, array_like=True, omit_defaults=True, gc=False):
-    """One message from an engine."""
+    """One message from an engine (``finished_requests`` and the wave fields that follow are
+    skipped: DP waves are for MoE engines, and every output says when its request finished)."""
 
     engine_index: int = 0
     outputs: list[EngineCoreOutput] = []
-    scheduler_stats: msgspec.Raw | None = None
+    scheduler_stats: msgspec.Raw = _NIL
     timestamp: float = 0.0
     utility_output: UtilityOutput | None = None
-    finished_requests: list[str] | None = None
-    wave_complete: int | None = None
-    start_wave: int | None = None
 
 
 _outputs_decoder = msgspec.msgpack.Decoder(EngineCoreOutputs)
@@ -394,6 +393,17 @@ def decode_outputs(payload: bytes | memoryview) -> EngineCoreOutputs:
         return _outputs_decoder.decode(payload)
     except (msgspec.DecodeError, msgspec.ValidationError) as exc:
         raise CodecError(f"EngineCoreOutputs: {exc}") from None
+
+
+def request_ids_in(payload: bytes | memoryview) -> list[str]:
+    """The request ids a malformed output message still names (so each can be told), if any."""
+    try:
+        msg = _decode_any(payload)
+    except msgspec.DecodeError:
+        return []
+    if not isinstance(msg, list) or len(msg) < 2 or not isinstance(msg[1], list):
+        return []
+    return [o[0] for o in msg[1] if isinstance(o, list) and o and isinstance(o[0], str)]
 
 
 _REPETITION = FinishReason.from_json({"type": "repetition"})
@@ -463,14 +473,17 @@ def outputs_for_step(
     engine_index: int,
     rows: Iterable[tuple[str, list[int], int | None, int | str | None]],
     *,
+    stats: dict[str, Any] | None = None,
     timestamp: float | None = None,
 ) -> EngineCoreOutputs:
-    """An engine's message for one step: ``(rid, new ids, finish code, stop reason)`` rows."""
+    """An engine's message for one step: ``(rid, new ids, finish code, stop reason)`` rows, and
+    scheduler stats (``num_running_reqs``, ``num_waiting_reqs``, ``kv_cache_usage``, ...)."""
     return EngineCoreOutputs(
         engine_index=engine_index,
         outputs=[
             EngineCoreOutput(rid, ids, finish_reason=code, stop_reason=reason)
             for rid, ids, code, reason in rows
         ],
+        scheduler_stats=_NIL if stats is None else msgspec.Raw(_encode(stats)),
         timestamp=time.monotonic() if timestamp is None else timestamp,
     )

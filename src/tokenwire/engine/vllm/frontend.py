@@ -1,0 +1,119 @@
+"""``tokenwire-vllm-frontend``: tokenwire as the HTTP frontend that stock ``vllm serve`` starts.
+
+With ``VLLM_USE_RUST_FRONTEND=1 VLLM_RUST_FRONTEND_PATH=$(which tokenwire-vllm-frontend)``,
+``vllm serve MODEL`` binds the HTTP socket and its two engine listeners, starts the engines, does
+the handshake itself, then runs this program as::
+
+    PATH frontend --listen-fd N --input-listener-fd N --output-listener-fd N
+        --engine-start-index I --engine-count C --data-parallel-size D
+        [--grpc-listen-fd N] [--coordinator-address A] --args-json '{...}'
+
+tokenwire adopts the listeners, waits for each engine's ready response, and serves on the HTTP
+socket with the model name, context length and tokenizer that the args say.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import socket
+import sys
+from collections.abc import Sequence
+from typing import Any
+
+__all__ = ["main", "build_parser", "settings_from_args"]
+
+log = logging.getLogger("tokenwire.vllm_frontend")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="tokenwire-vllm-frontend",
+        description="tokenwire as the frontend program vLLM starts (VLLM_RUST_FRONTEND_PATH).",
+    )
+    sub = parser.add_subparsers(dest="command", required=True)
+    fe = sub.add_parser("frontend", help="serve HTTP over the engines vLLM started")
+    fe.add_argument("--listen-fd", type=int, required=True)
+    fe.add_argument("--input-listener-fd", type=int, required=True)
+    fe.add_argument("--output-listener-fd", type=int, required=True)
+    fe.add_argument("--engine-start-index", type=int, default=0)
+    fe.add_argument("--engine-count", type=int, default=1)
+    fe.add_argument("--data-parallel-size", type=int, default=1)
+    fe.add_argument("--grpc-listen-fd", type=int, default=None)
+    fe.add_argument("--coordinator-address", default=None)
+    fe.add_argument("--args-json", default="{}")
+    return parser
+
+
+def settings_from_args(args_json: str) -> dict[str, Any]:
+    """What tokenwire takes from vLLM's arguments: model, tokenizer, served name, context length,
+    and the keep-alive timeout."""
+    raw = json.loads(args_json or "{}")
+    if not isinstance(raw, dict):
+        raise SystemExit("tokenwire-vllm-frontend: --args-json must be a JSON object")
+    model = raw.get("model_tag") or raw.get("model")
+    if not model:
+        raise SystemExit("tokenwire-vllm-frontend: --args-json names no model")
+    served = raw.get("served_model_name")
+    if isinstance(served, list):
+        served = served[0] if served else None
+    return {
+        "model": str(model),
+        "tokenizer": str(raw.get("tokenizer") or model),
+        "served_model_name": str(served or model),
+        "max_model_len": raw.get("max_model_len"),
+        "keep_alive": raw.get("http_timeout_keep_alive") or 5,
+        "ready_timeout": float(raw.get("engine_ready_timeout_secs") or 600),
+        "log_level": "info",
+    }
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    settings = settings_from_args(args.args_json)
+    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
+
+    import uvicorn
+
+    from tokenwire.engine.vllm import VllmEngine, VllmEngineConfig
+    from tokenwire.server import ServerConfig, create_app
+    from tokenwire.tokenizer import Tokenizer
+
+    tok = Tokenizer.from_pretrained(settings["tokenizer"])
+    if isinstance(settings["max_model_len"], int):
+        tok.max_model_len = settings["max_model_len"]
+    engine = VllmEngine(
+        tok,
+        VllmEngineConfig(
+            data_parallel_size=args.engine_count,
+            engine_start_index=args.engine_start_index,
+            input_fd=args.input_listener_fd,
+            output_fd=args.output_listener_fd,
+            ready_timeout=settings["ready_timeout"],
+        ),
+    )
+    app = create_app(tok, engine, ServerConfig(model_name=settings["served_model_name"]))
+    listener = socket.socket(fileno=args.listen_fd)
+    log.info(
+        "serving %r for vLLM's engines %d..%d on %s",
+        settings["served_model_name"],
+        args.engine_start_index,
+        args.engine_start_index + args.engine_count - 1,
+        listener.getsockname(),
+    )
+    server = uvicorn.Server(
+        uvicorn.Config(
+            app,
+            log_level=settings["log_level"],
+            timeout_keep_alive=int(settings["keep_alive"]),
+            timeout_graceful_shutdown=5,
+            access_log=False,
+        )
+    )
+    server.run(sockets=[listener])
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

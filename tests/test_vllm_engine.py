@@ -1,0 +1,206 @@
+"""tokenwire's vLLM engine end to end over ``tokenwire mock-engine`` processes speaking the engine
+side of vLLM's EngineCore protocol: handshake, requests, stops and aborts, engine death, several
+engines (data parallelism)."""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+from collections.abc import Iterator
+
+import httpx
+import openai
+import pytest
+
+from tokenwire.engine.vllm import VllmEngine, VllmEngineConfig
+from tokenwire.server import ServerConfig, create_app
+from vllm_helpers import free_port, metric, run_app, spawn_mock, stop_process, wait_until
+
+from conftest import real_tokenizer
+
+MODEL = "mock-model"
+
+
+class Served:
+    def __init__(self, url: str, engine: VllmEngine, mocks: list) -> None:
+        self.url = url
+        self.engine = engine
+        self.mocks = mocks
+        self.client = openai.OpenAI(base_url=url + "/v1", api_key="none", max_retries=0)
+
+    def running(self) -> float:
+        return metric(self.url, "tokenwire:num_requests_running")
+
+
+@contextlib.contextmanager
+def served(engines: int = 1, *mock_args: str) -> Iterator[Served]:
+    tok = real_tokenizer("default")
+    address = f"tcp://127.0.0.1:{free_port()}"
+    mocks = [spawn_mock(address, r, *mock_args) for r in range(engines)]
+    engine = VllmEngine(
+        tok,
+        VllmEngineConfig(handshake_address=address, data_parallel_size=engines, ready_timeout=60),
+    )
+    try:
+        with run_app(create_app(tok, engine, ServerConfig(model_name=MODEL))) as url:
+            yield Served(url, engine, mocks)
+    finally:
+        for proc in mocks:
+            stop_process(proc)
+
+
+@pytest.fixture(scope="module")
+def echo():
+    with served(1, "--synthetic-output", "echo", "--step-time-ms", "2") as srv:
+        yield srv
+
+
+def test_completion_streamed_and_not_over_the_engine_protocol(echo):
+    tok = real_tokenizer("default")
+    prompt = "The quick brown fox jumps over the lazy dog"
+    ids = tok.encode(prompt)
+    out = echo.client.completions.create(model=MODEL, prompt=prompt, max_tokens=5)
+    assert out.choices[0].text == tok.decode(ids[:5])
+    assert out.choices[0].finish_reason == "length"
+    assert out.usage.prompt_tokens == len(ids) and out.usage.completion_tokens == 5
+    chunks = echo.client.completions.create(model=MODEL, prompt=prompt, max_tokens=5, stream=True)
+    assert "".join(c.choices[0].text for c in chunks) == out.choices[0].text
+    chat = echo.client.chat.completions.create(
+        model=MODEL, messages=[{"role": "user", "content": "hi"}], max_tokens=3
+    )
+    assert chat.choices[0].finish_reason == "length" and chat.choices[0].message.content
+
+
+def test_stop_token_ids_and_eos_follow_vllms_finish_codes(echo):
+    tok = real_tokenizer("default")
+    ids = tok.encode("one two three four five")
+    raw = httpx.post(
+        echo.url + "/v1/completions",
+        json={"model": MODEL, "prompt": ids, "max_tokens": 10, "stop_token_ids": [ids[2]]},
+    ).json()
+    choice = raw["choices"][0]
+    assert choice["finish_reason"] == "stop" and choice["stop_reason"] == ids[2]
+    assert choice["text"] == tok.decode(ids[:2])
+    # The prompt's own EOS: a stop with no stop_reason (the engine got _eos_token_id) ...
+    eos = tok.eos_token_ids[0]
+    raw = httpx.post(
+        echo.url + "/v1/completions", json={"model": MODEL, "prompt": [*ids[:2], eos, 7]}
+    ).json()
+    assert raw["choices"][0]["finish_reason"] == "stop"
+    assert raw["choices"][0]["stop_reason"] is None
+    assert raw["usage"]["completion_tokens"] == 3
+    # ... unless the request ignores EOS.
+    raw = httpx.post(
+        echo.url + "/v1/completions",
+        json={"model": MODEL, "prompt": [*ids[:2], eos, 7], "ignore_eos": True},
+    ).json()
+    assert raw["choices"][0]["finish_reason"] == "length"
+    assert raw["usage"]["completion_tokens"] == 4
+
+
+def test_a_stop_string_aborts_the_engine_request(echo):
+    slow = "the end " * 300
+    before = echo.engine.engines[0]["in_flight"]
+    raw = httpx.post(
+        echo.url + "/v1/completions",
+        json={
+            "model": MODEL,
+            "prompt": "one two the end " + slow,
+            "max_tokens": 600,
+            "stop": ["the end"],
+        },
+    ).json()
+    assert raw["choices"][0]["text"] == "one two "
+    assert raw["choices"][0]["stop_reason"] == "the end"
+    wait_until(lambda: echo.running() == 0, 10, "the engine to drop the request")
+    assert echo.engine.engines[0]["in_flight"] == before
+
+
+def test_disconnect_mid_stream_aborts_in_the_engine(echo):
+    with httpx.stream(
+        "POST",
+        echo.url + "/v1/completions",
+        json={"model": MODEL, "prompt": "word " * 2000, "max_tokens": 1500, "stream": True},
+    ) as resp:
+        for _ in resp.iter_lines():
+            if echo.running() >= 1:
+                break
+    wait_until(lambda: echo.running() == 0, 10, "the engine to drop the request")
+    wait_until(lambda: echo.engine.engines[0]["in_flight"] == 0, 10, "no request in flight")
+
+
+def test_max_tokens_zero_and_what_vllm_refuses(echo):
+    raw = httpx.post(
+        echo.url + "/v1/completions", json={"model": MODEL, "prompt": "x", "max_tokens": 0}
+    ).json()
+    assert raw["choices"][0]["text"] == "" and raw["choices"][0]["finish_reason"] == "length"
+    resp = httpx.post(
+        echo.url + "/v1/completions",
+        json={"model": MODEL, "prompt": "x", "presence_penalty": 2.5},
+    )
+    assert resp.status_code == 400 and resp.json()["error"]["param"] == "presence_penalty"
+
+
+def test_n_with_a_seed_over_random_output():
+    with served(1, "--synthetic-output", "random", "--step-time-ms", "0") as srv:
+        kw = {"model": MODEL, "prompt": "x", "max_tokens": 6, "n": 2, "seed": 11}
+        a = srv.client.completions.create(**kw)
+        b = srv.client.completions.create(**kw)
+        assert [c.text for c in a.choices] == [c.text for c in b.choices]
+        assert a.choices[0].text != a.choices[1].text
+
+
+def test_engine_killed_mid_stream_errors_then_503():
+    with served(1, "--synthetic-output", "random", "--step-time-ms", "20") as srv:
+        got: dict = {}
+
+        def reader():
+            with httpx.stream(
+                "POST",
+                srv.url + "/v1/completions",
+                json={"model": MODEL, "prompt": "x", "max_tokens": 2000, "stream": True},
+                timeout=30,
+            ) as resp:
+                got["body"] = "".join(resp.iter_text())
+
+        t = threading.Thread(target=reader)
+        t.start()
+        wait_until(lambda: srv.engine.engines[0]["in_flight"] == 1, 10, "the stream")
+        srv.mocks[0].kill()
+        t.join(20)
+        assert not t.is_alive()
+        assert '"error"' in got["body"] and got["body"].endswith("data: [DONE]\n\n")
+        assert "the engine died" in got["body"]
+        wait_until(lambda: httpx.get(srv.url + "/health").status_code == 503, 10, "503")
+        resp = httpx.post(srv.url + "/v1/completions", json={"model": MODEL, "prompt": "x"})
+        assert resp.status_code == 503
+
+
+def test_two_engines_least_loaded_and_one_dying_fails_only_its_requests():
+    with served(2, "--synthetic-output", "random", "--step-time-ms", "10") as srv:
+        bodies: list[str] = []
+
+        def reader():
+            with httpx.stream(
+                "POST",
+                srv.url + "/v1/completions",
+                json={"model": MODEL, "prompt": "x", "max_tokens": 300, "stream": True},
+                timeout=60,
+            ) as resp:
+                bodies.append("".join(resp.iter_text()))
+
+        threads = [threading.Thread(target=reader) for _ in range(6)]
+        for t in threads:
+            t.start()
+        wait_until(lambda: sum(e["in_flight"] for e in srv.engine.engines) == 6, 10, "six streams")
+        assert [e["in_flight"] for e in srv.engine.engines] == [3, 3]
+        srv.mocks[1].kill()
+        wait_until(lambda: not srv.engine.engines[1]["alive"], 10, "rank 1 out of rotation")
+        assert httpx.get(srv.url + "/health").status_code == 200
+        out = srv.client.completions.create(model=MODEL, prompt="x", max_tokens=3)
+        assert out.choices[0].finish_reason == "length"
+        for t in threads:
+            t.join(60)
+        assert sum("the engine died" in b for b in bodies) == 3
+        assert sum('"finish_reason":"length"' in b for b in bodies) == 3
+        assert metric(srv.url, "tokenwire:engines_alive") == 1

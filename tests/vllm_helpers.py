@@ -1,0 +1,113 @@
+"""Running tokenwire's server, mock engines and real vLLM processes for the vLLM-engine tests."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import uvicorn
+
+ROOT = Path(__file__).resolve().parent.parent
+ENV_SCRIPT = ROOT / "scripts" / "vllm_cpu_env.py"
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def wait_until(done, timeout: float = 30, what: str = "condition") -> None:
+    deadline = time.monotonic() + timeout
+    while not done():
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"timed out waiting for {what}")
+        time.sleep(0.05)
+
+
+def spawn_mock(address: str, rank: int = 0, *args: str) -> subprocess.Popen:
+    """``tokenwire mock-engine`` in its own process."""
+    return subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "tokenwire",
+            "mock-engine",
+            "--handshake-address",
+            address,
+            "--data-parallel-rank",
+            str(rank),
+            "--log-level",
+            "warning",
+            *args,
+        ],
+        stdin=subprocess.DEVNULL,
+    )
+
+
+def stop_process(proc: subprocess.Popen, sig: int = signal.SIGTERM, timeout: float = 20) -> None:
+    if proc.poll() is None:
+        with contextlib.suppress(ProcessLookupError):
+            proc.send_signal(sig)
+        try:
+            proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(5)
+
+
+@contextlib.contextmanager
+def run_app(app) -> Iterator[str]:
+    """An ASGI app on a loopback port in a thread; yields its base URL."""
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    port = sock.getsockname()[1]
+    server = uvicorn.Server(
+        uvicorn.Config(app, log_level="warning", lifespan="on", timeout_graceful_shutdown=2)
+    )
+    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
+    thread.start()
+    try:
+        wait_until(lambda: server.started or not thread.is_alive(), 120, "the server")
+        if not server.started:
+            raise RuntimeError("server did not start")
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        server.should_exit = True
+        thread.join(15)
+        sock.close()
+
+
+def metric(url: str, name: str) -> float:
+    """The sum of a metric's samples on ``/metrics``."""
+    total = 0.0
+    for line in httpx.get(url + "/metrics").text.splitlines():
+        if line.startswith(name) and (line[len(name)] in " {"):
+            total += float(line.rsplit(" ", 1)[1])
+    return total
+
+
+def vllm_env() -> dict[str, str] | None:
+    """The built vLLM CPU environment (``scripts/vllm_cpu_env.py``), or None."""
+    out = subprocess.run(
+        [sys.executable, str(ENV_SCRIPT), "--check"], capture_output=True, text=True
+    )
+    if out.returncode != 0:
+        return None
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def vllm_process_env() -> dict[str, str]:
+    env = dict(os.environ)
+    env.update(VLLM_TARGET_DEVICE="cpu", VLLM_CPU_KVCACHE_SPACE="1", VLLM_HOST_IP="127.0.0.1")
+    return env
