@@ -47,9 +47,10 @@ def test_max_len(pattern, bound):
         (r"(?<!a)b", "negative lookbehind"),
         (r"(?>ab)", "atomic group"),
         (r"a++", "possessive"),
-        (r"\bword\b", "word boundary"),
-        (r"x\B", "word boundary"),
-        (r"end$", "'$'"),
+        (r"(\bword)", "word boundary"),
+        (r"a.\b.", "word boundary"),
+        (r"\b", "word boundary"),
+        (r"\b(?:x|1|)", "word boundary"),
         (r"a{1001}", "repetition count"),
     ],
 )
@@ -71,8 +72,6 @@ def test_limits_and_syntax_errors():
         admit_stop_regex("(unclosed")
     with pytest.raises(ValidationError, match="not a valid"):
         admit_stop_regex("(?(1)a|b)")
-    with pytest.raises(ValidationError, match="empty"):
-        admit_stop_regex("")
 
 
 def test_no_re2_logging_on_stderr(capfd):
@@ -195,3 +194,117 @@ def test_cache_is_thread_safe():
         assert [r.pattern for r in results[k]] == pats * 5
         assert all(r == rx._admit(r.pattern) for r in results[k][:40])
     assert rx.cache_info()["size"] == 40
+
+
+# ---- SGLang's Rust admission corpus: what it must admit, with RE2/Rust meaning ----------------
+
+
+@pytest.mark.parametrize(
+    ("pattern", "bound"),
+    [
+        (r"[.!?]\s*$", UNBOUNDED),
+        (r"\s+$", UNBOUNDED),
+        (r"^abc$", 3),
+        (r"\bword\b", 4),
+        ("", 0),
+        (r"^$", 0),
+    ],
+)
+def test_sglang_must_admit(pattern, bound):
+    assert admit_stop_regex(pattern).max_len == bound
+
+
+@pytest.mark.parametrize(
+    ("pattern", "text", "span"),
+    [
+        (r"end$", "the end", (4, 7)),
+        (r"end$", "the end\n", None),  # $ is the end of the text (Python: before a final \n too)
+        (r"[.!?]\s*$", "Done. ", (4, 6)),
+        (r"[.!?]\s*$", "Done. And", None),
+        (r"\s+$", "a \t", (1, 3)),
+        (r"^abc$", "abc", (0, 3)),
+        (r"^abc$", "xabc", None),
+        (r"^abc$", "abcd", None),
+        ("", "anything", (0, 0)),
+        ("", "", (0, 0)),
+        (r"(?m)^b$", "a\nb\nc", (2, 3)),
+    ],
+)
+def test_anchors_mean_the_text(pattern, text, span):
+    assert admit_stop_regex(pattern).search(text) == span
+
+
+BOUNDARY_PATTERNS = [
+    r"\bword\b",
+    r"\bword",
+    r"word\b",
+    r"\Bor",
+    r"or\B",
+    r"x\B",
+    r"\b\d+\b",
+    r"\b[a-zé]+\b",
+    r"\b漢字\b",
+    r"\bψ\w*",
+    r"a\b b",
+    r"a\Bb",
+    r"a\bb",
+    r"\b(?:yes|no)\b",
+    r"\B[.!]",
+    r"[.!]\b",
+    r"(?a)\bnaïve\b",
+    r"(?i)\bWORD\b",
+]
+BOUNDARY_TEXTS = [
+    "word",
+    "a word.",
+    "swords word",
+    "éword wordé word",
+    "naïve wordy word!",
+    "漢字 x漢字 漢字",
+    "ψυχή ψ",
+    "a b ab a  b",
+    "x xa x1 x_",
+    "yes no noyes no.",
+    "123 a123 123",
+    "hi! .! x.",
+    "WORD Word",
+    "ornament color orb",
+]
+
+
+@pytest.mark.parametrize("pattern", BOUNDARY_PATTERNS)
+def test_word_boundaries_are_unicode_aware(pattern):
+    admitted = admit_stop_regex(pattern)
+    compiled = re.compile(pattern)
+    for text in BOUNDARY_TEXTS:
+        for pos in range(len(text) + 1):
+            m = compiled.search(text, pos)
+            assert admitted.search(text, pos) == (m.span() if m else None), (pattern, text, pos)
+
+
+boundary_atoms = st.sampled_from(
+    ["a", "é", "漢", "1", "_", " ", r"\.", r"\d", r"\s", "[ab]", "[.!]"]
+)
+
+
+@st.composite
+def boundary_patterns(draw):
+    atoms = draw(st.lists(boundary_atoms, min_size=1, max_size=4))
+    body = ""
+    for k, atom in enumerate(atoms):
+        if k and draw(st.booleans()):
+            body += draw(st.sampled_from([r"\b", r"\B"]))
+        body += atom + draw(st.sampled_from(["", "+", "{1,2}"]))
+    before = draw(st.sampled_from(["", r"\b", r"\B"]))
+    after = draw(st.sampled_from(["", r"\b", r"\B"]))
+    return before + body + after
+
+
+@settings(max_examples=examples(300))
+@given(boundary_patterns(), st.text(alphabet="aé漢1_ .!b", max_size=12))
+def test_word_boundaries_agree_with_python_re_property(pattern, text):
+    admitted = admit_stop_regex(pattern)
+    compiled = re.compile(pattern)
+    for pos in range(len(text) + 1):
+        m = compiled.search(text, pos)
+        assert admitted.search(text, pos) == (m.span() if m else None), (pattern, text, pos)

@@ -439,3 +439,27 @@ def test_cached_and_reasoning_tokens_reach_the_final_item(per_step):
     items = run.items()
     assert "".join(it.text for it in items) == "abcd"
     assert (items[-1].cached_tokens, items[-1].reasoning_tokens) == (1, 4)
+
+
+@pytest.mark.parametrize("per_step", [1, 3])
+@pytest.mark.parametrize(
+    ("text", "pattern", "out", "matched"),
+    [
+        ("abc then more", r"^abc$", "abc", True),  # the output so far is exactly abc
+        ("xxabc then more", r"^abc$", "xxabc then more", False),  # never at the output's start
+        ("one swordfish, one word here", r"\bword\b", "one swordfish, one word", True),
+        ("naïve éword word.", r"\bword\b", "naïve éword word", True),  # é is a word character
+        ("Done. More text", r"[.!?]\s*$", "Done.", True),
+        ("a b", r"\s+$", "a ", True),
+        ("anything", "", "", True),
+        ("12 ab", r"^\d+ ", "12 ", True),
+        ("ab 12 ", r"^\d+ ", "ab 12 ", False),
+    ],
+)
+def test_stop_regex_anchors_and_boundaries(text, pattern, out, matched, per_step):
+    deltas, final, _ = run_text(text, [], stop_regex=pattern, per_step=per_step)
+    assert "".join(deltas) == out
+    if matched:
+        assert final.finish_reason == FinishReason.stop(pattern)
+    else:
+        assert final.finish_reason.kind == "length"

@@ -69,6 +69,7 @@ class _Req:
         "regexes",
         "rid",
         "rtail",
+        "rtail_cut",
         "rtail_keep",
         "seq_ids",
         "seq_lens",
@@ -107,8 +108,11 @@ class _Req:
         )
         self.regexes = tuple(params.stop_regexes)
         keep = max((r.max_len for r in self.regexes), default=0)
-        self.rtail_keep = None if keep >= UNBOUNDED else max(keep - 1, 0)
-        self.rtail = ""  # recent text, for regexes whose matches start in delivered text
+        # Recent text, for regexes whose matches start in delivered text: as much as the longest
+        # match spans, and one more character, for what comes before a match (\b, ^, \A).
+        self.rtail_keep = None if keep >= UNBOUNDED else max(keep, 1)
+        self.rtail = ""
+        self.rtail_cut = False  # whether rtail has lost the start of the text
         # Stop token sequences: the recent ids and their texts' lengths, and the text held back
         # while the recent ids may begin a sequence.
         self.seqs = params.stop_token_sequences
@@ -644,8 +648,9 @@ class DetokShard:
                 # Regex matches may start in text already delivered: search the recent text.
                 rwindow = st.rtail + piece
                 offset = len(st.rtail)  # rwindow[offset:] is the new text
+                first = 1 if st.rtail_cut else 0  # rwindow[0] is context only, once cut
                 for k, rx in enumerate(st.regexes):
-                    m = _search_new(rx, rwindow, offset)
+                    m = _search_new(rx, rwindow, offset, first)
                     if m is not None:
                         # Positions relative to window: rwindow[offset] is window[new_from].
                         end = m[1] - offset + new_from
@@ -658,7 +663,10 @@ class DetokShard:
         if st.regexes:
             joined = st.rtail + piece
             keep = st.rtail_keep
-            st.rtail = joined if keep is None else (joined[-keep:] if keep else "")
+            if keep is not None and len(joined) > keep:
+                joined = joined[-keep:]
+                st.rtail_cut = True
+            st.rtail = joined
         out.append(st.hold_back(window))
         return None
 
@@ -713,14 +721,15 @@ def _engine_sequence(fin: FinishReason) -> list[int] | None:
     return matched if isinstance(matched, list) and matched else None
 
 
-def _search_new(rx: Any, text: str, new_from: int) -> tuple[int, int] | None:
-    """The leftmost match of ``rx`` in ``text`` that ends inside ``text[new_from:]``."""
-    pos = 0
+def _search_new(rx: Any, text: str, new_from: int, first: int = 0) -> tuple[int, int] | None:
+    """The leftmost match of ``rx`` in ``text`` (starting at ``first`` or later: the text before
+    is context) that ends inside ``text[new_from:]``, or is empty right where it begins."""
+    pos = first
     while pos <= len(text):
         m = rx.search(text, pos)
         if m is None:
             return None
-        if m[1] > new_from:
+        if m[1] > new_from or m[0] == m[1] == new_from < len(text):
             return m
         pos = m[0] + 1
     return None

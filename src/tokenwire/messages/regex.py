@@ -3,13 +3,17 @@
 Stop regexes run on every decode step, so a slow one is a denial of service. SGLang matches them
 with Python's backtracking ``re`` and guards with heuristics; tokenwire matches with RE2, whose
 running time is linear in the text for every pattern. A pattern is parsed with Python's own
-regex parser (the syntax clients write) and rewritten into RE2 syntax with Python's meaning:
-``\\d``, ``\\w`` and ``\\s`` become the exact Unicode sets Python matches. Constructs RE2 cannot
-run, or whose meaning would change (backreferences, lookaround, ``\\b``, ``$``, atomic groups...),
-are rejected with a message that names them.
+regex parser (the syntax clients write) and rewritten into RE2 syntax, with the meaning SGLang's
+Rust port gives it: ``\\d``, ``\\w`` and ``\\s`` are the exact Unicode sets Python matches;
+``$`` (outside multiline mode) is the end of the text and ``^`` its start, as in RE2 and Rust's
+``regex``; ``\\b`` and ``\\B`` are Unicode-aware (the boundary between ``\\w`` and the rest), where
+the kind of character on the pattern's side is fixed: at the pattern's start or end, or between two
+characters. The empty pattern matches at once. Constructs no linear-time matcher can run
+(backreferences, lookaround, atomic groups...) are rejected with a message that names them.
 
 ``max_len`` bounds the text a match can span (``1 << 30`` when unbounded), as SGLang's
-``get_max_seq_length`` computes it; the stop matcher searches only that far back.
+``get_max_seq_length`` computes it (anchors count 0: ``^abc$`` is 3, the empty pattern 0); the
+stop matcher searches only that far back.
 """
 
 from __future__ import annotations
@@ -56,17 +60,30 @@ _OPTIONS.log_errors = False  # a rejected pattern is an answer to the client, no
 
 @dataclass(frozen=True, eq=True)
 class StopRegex:
-    """An admitted stop pattern: the client's ``pattern``, its RE2 form, and ``max_len``."""
+    """An admitted stop pattern: the client's ``pattern``, its RE2 form, and ``max_len``.
+
+    A ``\\b`` or ``\\B`` at the pattern's start or end becomes a character consumed around the
+    match (group 1 is the match): ``_inner`` is the form for searches that start past the text's
+    start, where the character before ``pos`` is context."""
 
     pattern: str
     max_len: int
     re2_pattern: str
     _compiled: Any = field(compare=False, repr=False, hash=False)
+    _inner: Any = field(default=None, compare=False, repr=False, hash=False)
+    _consumes_before: bool = field(default=False, compare=False, repr=False, hash=False)
 
     def search(self, text: str, pos: int = 0) -> tuple[int, int] | None:
-        """``(start, end)`` of the leftmost match in ``text`` at or after ``pos``, or None."""
-        m = self._compiled.search(text, pos)
-        return None if m is None else m.span()
+        """``(start, end)`` of the leftmost match in ``text`` at or after ``pos``, or None (the
+        text before ``pos`` is context, as for Python's ``search``)."""
+        if self._inner is None:
+            m = self._compiled.search(text, pos)
+            return None if m is None else m.span()
+        if pos > 0:
+            m = self._inner.search(text, pos - 1 if self._consumes_before else pos)
+        else:
+            m = self._compiled.search(text, 0)
+        return None if m is None else m.span(1)
 
 
 # ---- Python's character categories, as explicit code-point ranges --------------------------------
@@ -132,6 +149,24 @@ if hasattr(_c, "ATOMIC_GROUP"):  # Python 3.11+
 
 class _Reject(Exception):
     """A construct the pattern cannot be admitted with."""
+
+
+_BOUNDARIES = (_c.AT_BOUNDARY, _c.AT_NON_BOUNDARY)
+#: Matches nothing (a boundary that can never hold).
+_NEVER = "[^\\x00-\\x{10ffff}]"
+_masks: dict[bool, bytearray] = {}
+
+
+def _word_mask(ascii_only: bool) -> bytearray:
+    with _ranges_lock:
+        mask = _masks.get(ascii_only)
+    if mask is None:
+        mask = bytearray(sys.maxunicode + 1)
+        for lo, hi in _category_ranges("word", ascii_only):
+            mask[lo : hi + 1] = b"\x01" * (hi - lo + 1)
+        with _ranges_lock:
+            _masks[ascii_only] = mask
+    return mask
 
 
 def _char(cp: int) -> str:
@@ -229,17 +264,121 @@ class _Rewriter:
         if at is _c.AT_END_STRING:
             return "\\z"
         if at is _c.AT_END:
-            if multiline:
-                return "(?m:$)"
-            raise _Reject(
-                "'$' (in Python it also matches before a final newline, which RE2 cannot "
-                "express; use \\Z for the end of the text)"
-            )
+            # RE2's (and Rust's) meaning: the end of the text (of the line in multiline mode).
+            return "(?m:$)" if multiline else "\\z"
         if at in (_c.AT_BOUNDARY, _c.AT_NON_BOUNDARY):
             raise _Reject(
-                "the word boundary \\b or \\B (Python's is Unicode-aware, RE2's is ASCII-only)"
+                "the word boundary \\b or \\B next to something that may or may not be a "
+                "word character (it is supported at the pattern's start or end, or between "
+                "characters whose kind is fixed)"
             )
         raise _Reject(f"the anchor {at}")
+
+    # ---- word boundaries (Unicode-aware, emulated: RE2's \\b is ASCII-only) ---------------------
+
+    def word_mask(self) -> bytearray:
+        """One byte per code point: 1 for a word character (``\\w`` under the pattern's flags)."""
+        return _word_mask(self.ascii)
+
+    def kind(self, op: Any, av: Any, last: bool) -> str | None:
+        """``"w"`` if every character ``(op, av)`` can match first (``last``: last) is a word
+        character, ``"n"`` if none is, None if it depends or it may match nothing."""
+        if op is _c.LITERAL:
+            return "w" if self.word_mask()[av] else "n"
+        if op is _c.IN:
+            ranges = self.class_ranges(av)
+            if ranges is None:
+                return None
+            mask = self.word_mask()
+            words = sum(mask[lo : hi + 1].count(1) for lo, hi in ranges)
+            size = sum(hi - lo + 1 for lo, hi in ranges)
+            return "w" if words == size else "n" if words == 0 else None
+        if op in (_c.MAX_REPEAT, _c.MIN_REPEAT):
+            lo, _hi, sub = av
+            return self.seq_kind(sub, last) if lo >= 1 else None
+        if op is _c.SUBPATTERN:
+            return self.seq_kind(av[3], last)
+        if op is _c.BRANCH:
+            kinds = {self.seq_kind(b, last) for b in av[1]}
+            return kinds.pop() if len(kinds) == 1 else None
+        return None
+
+    def seq_kind(self, sub: Any, last: bool) -> str | None:
+        items = list(sub)
+        if not items:
+            return None
+        op, av = items[-1] if last else items[0]
+        return self.kind(op, av, last)
+
+    def class_ranges(self, items: list) -> list[tuple[int, int]] | None:
+        """The code points a character class matches, as ranges (None: not worked out)."""
+        negate = False
+        ranges: list[tuple[int, int]] = []
+        for op, av in items:
+            if op is _c.NEGATE:
+                negate = True
+            elif op is _c.LITERAL:
+                ranges.append((av, av))
+            elif op is _c.RANGE:
+                ranges.append((av[0], av[1]))
+            elif op is _c.CATEGORY:
+                ranges.extend(self.category(av))
+            else:
+                return None
+        ranges.sort()
+        merged: list[tuple[int, int]] = []
+        for lo, hi in ranges:
+            if merged and lo <= merged[-1][1] + 1:
+                merged[-1] = (merged[-1][0], max(hi, merged[-1][1]))
+            else:
+                merged.append((lo, hi))
+        return _complement(merged) if negate else merged
+
+    def top(self, parsed: Any, multiline: bool) -> tuple[str, str, str, bool]:
+        """The whole pattern: ``(before, body, after, may_start)``: characters consumed before and
+        after the match for a boundary at its start or end (empty: none), its body, and whether
+        ``before`` may also match at the start of the text."""
+        items = list(parsed)
+        before = after = ""
+        may_start = False
+        if items and items[0][0] is _c.AT and items[0][1] in _BOUNDARIES and len(items) > 1:
+            nxt = self.kind(*items[1], False)
+            if nxt is None:
+                self.anchor(items[0][1], multiline)  # rejects, naming it
+            # \b: the character before is of the other kind; \B: of the same one. The start of
+            # the text counts as a non-word character.
+            word_before = (nxt == "w") != (items[0][1] is _c.AT_BOUNDARY)
+            before = self.word_class(word_before)
+            may_start = not word_before
+            items = items[1:]
+        if items and items[-1][0] is _c.AT and items[-1][1] in _BOUNDARIES and len(items) > 1:
+            prev = self.kind(*items[-2], True)
+            if prev is None:
+                self.anchor(items[-1][1], multiline)
+            word_after = (prev == "w") != (items[-1][1] is _c.AT_BOUNDARY)
+            after = self.word_class(word_after)
+            if not word_after:
+                after = f"(?:{after}|\\z)"
+            items = items[:-1]
+        parts = []
+        for k, (op, av) in enumerate(items):
+            if op is _c.AT and av in _BOUNDARIES:
+                parts.append(self.inner_boundary(items, k, av is _c.AT_BOUNDARY, multiline))
+            else:
+                parts.append(self.node(op, av, multiline))
+        return before, "".join(parts), after, may_start
+
+    def inner_boundary(self, items: list, k: int, is_b: bool, multiline: bool) -> str:
+        """A boundary between two characters of fixed kinds: always or never true."""
+        prev = self.kind(*items[k - 1], True) if k > 0 else None
+        nxt = self.kind(*items[k + 1], False) if k + 1 < len(items) else None
+        if prev is None or nxt is None:
+            self.anchor(_c.AT_BOUNDARY if is_b else _c.AT_NON_BOUNDARY, multiline)
+        return "" if (prev != nxt) == is_b else _NEVER
+
+    def word_class(self, word: bool) -> str:
+        name = "word" if word else "not_word"
+        return f"[{_render_ranges(_category_ranges(name, self.ascii))}]"
 
     @staticmethod
     def _flag_letters(flags: int) -> str:
@@ -284,8 +423,6 @@ def _admit(pattern: str) -> StopRegex:
             f"stop_regex pattern is {size} bytes, longer than the limit of {MAX_STOP_REGEX_LEN}",
             param="stop_regex",
         )
-    if not pattern:
-        raise ValidationError("stop_regex pattern must not be empty", param="stop_regex")
     try:
         parsed = _p.parse(pattern, 0)
     except (_c.error, RecursionError, OverflowError) as exc:
@@ -295,10 +432,17 @@ def _admit(pattern: str) -> StopRegex:
     flags = parsed.state.flags
     try:
         rewriter = _Rewriter(flags)
-        body = rewriter.seq(parsed, bool(flags & _c.SRE_FLAG_MULTILINE))
+        before, body, after, may_start = rewriter.top(parsed, bool(flags & _c.SRE_FLAG_MULTILINE))
         # (VERBOSE needs nothing: the parser already dropped the whitespace and comments.)
         prefix = _Rewriter._flag_letters(flags & ~_c.SRE_FLAG_MULTILINE)
-        re2_pattern = f"(?{prefix}){body}" if prefix else body
+        prefix = f"(?{prefix})" if prefix else ""
+        inner = None
+        if before or after:
+            inner = f"{prefix}{before}({body}){after}"
+            start = f"(?:\\A|{before})" if may_start else before
+            re2_pattern = f"{prefix}{start}({body}){after}"
+        else:
+            re2_pattern = prefix + body
     except _Reject as why:
         raise ValidationError(
             f"stop_regex {pattern!r} uses {why}, which is not supported", param="stop_regex"
@@ -309,12 +453,15 @@ def _admit(pattern: str) -> StopRegex:
         ) from None
     try:
         compiled = re2.compile(re2_pattern, _OPTIONS)
+        inner_compiled = None if inner is None else re2.compile(inner, _OPTIONS)
     except re2.error as exc:
         detail = exc.args[0].decode() if exc.args and isinstance(exc.args[0], bytes) else exc
         raise ValidationError(
             f"stop_regex {pattern!r} cannot be compiled: {detail}", param="stop_regex"
         ) from None
-    return StopRegex(pattern, _max_len(parsed), re2_pattern, compiled)
+    return StopRegex(
+        pattern, _max_len(parsed), re2_pattern, compiled, inner_compiled, bool(before)
+    )
 
 
 # ---- the admission cache -------------------------------------------------------------------------
