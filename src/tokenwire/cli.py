@@ -7,6 +7,7 @@ import logging
 import os
 import shlex
 import sys
+import time
 from collections.abc import Sequence
 from typing import Any
 
@@ -90,6 +91,11 @@ def build_parser() -> argparse.ArgumentParser:
         type=int,
         default=None,
         help="pin the server process to this CPU core (Linux)",
+    )
+    serve.add_argument(
+        "--disable-access-log",
+        action="store_true",
+        help="no log line per request (on by default: method, path, status and duration)",
     )
     serve.add_argument(
         "--log-level",
@@ -216,6 +222,7 @@ def _add_vllm_args(serve: argparse.ArgumentParser) -> None:
 
 
 def _serve(args: argparse.Namespace) -> int:
+    started_at = time.perf_counter()
     if args.max_stop_str_len < 1:
         raise SystemExit("tokenwire: --max-stop-str-len must be at least 1")
     try:
@@ -253,21 +260,22 @@ def _serve(args: argparse.Namespace) -> int:
             max_concurrent_requests=args.max_concurrent_requests,
             limits=RequestLimits(max_stop_str_len=args.max_stop_str_len),
             features=output_features,
+            access_log=not args.disable_access_log,
         ),
     )
-    print(
+    banner = (
         f"tokenwire: serving {name!r} (vocab {tok.vocab_size}, model vocab {tok.model_vocab_size})"
-        f" on http://{args.host}:{args.port}",
-        flush=True,
+        f" on http://{args.host}:{args.port}"
     )
-    uvicorn.run(
+    config = uvicorn.Config(
         app,
         host=args.host,
         port=args.port,
         log_level=args.log_level,
-        access_log=False,
+        access_log=False,  # tokenwire's own, with durations
         timeout_graceful_shutdown=5,
     )
+    _run_server(config, banner, started_at)
     return 0
 
 
@@ -343,6 +351,20 @@ def _mock_engine(args: argparse.Namespace) -> int:
         max_model_len=args.max_model_len,
     )
     return 0
+
+
+def _run_server(config: Any, banner: str, started_at: float) -> None:
+    """Run uvicorn, printing ``banner`` only once the socket accepts connections."""
+    import uvicorn
+
+    class Server(uvicorn.Server):
+        async def startup(self, sockets: list | None = None) -> None:
+            await super().startup(sockets)
+            if self.started:
+                took = time.perf_counter() - started_at
+                print(f"{banner} (ready in {took:.1f}s)", flush=True)
+
+    Server(config).run()
 
 
 def main(argv: Sequence[str] | None = None) -> int:

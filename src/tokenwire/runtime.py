@@ -66,6 +66,8 @@ class ServerConfig:
     limits: api.RequestLimits = dataclasses.field(default_factory=api.RequestLimits)
     #: Output parsing and the other OpenAI features (reasoning, tool calls...).
     features: Features = dataclasses.field(default_factory=Features)
+    #: One log line per HTTP request (logger ``tokenwire.access``, level INFO).
+    access_log: bool = True
 
 
 class Runtime:

@@ -30,7 +30,7 @@ from tokenwire.messages.errors import (
     ValidationError,
 )
 from tokenwire.runtime import Runtime, ServerConfig
-from tokenwire.server import api, utility
+from tokenwire.server import access_log, api, utility
 from tokenwire.server.chat_output import ChoiceOutput
 from tokenwire.server.guard import guarded
 from tokenwire.server.metrics import Metrics
@@ -177,9 +177,15 @@ class App:
     async def __call__(self, scope: dict, receive: Any, send: Any) -> None:
         kind = scope["type"]
         if kind == "http":
-            await guarded(self._dispatch, scope, receive, send, self._on_unhandled(scope))
+            if self.runtime.config.access_log:
+                await access_log.logged(self._guarded, scope, receive, send)
+            else:
+                await self._guarded(scope, receive, send)
         elif kind == "lifespan":
             await self._lifespan(receive, send)
+
+    async def _guarded(self, scope: dict, receive: Any, send: Any) -> None:
+        await guarded(self._dispatch, scope, receive, send, self._on_unhandled(scope))
 
     async def _dispatch(self, scope: dict, receive: Any, send: Any) -> None:
         handler = self._routes.get((scope["method"], scope["path"]))

@@ -1,0 +1,45 @@
+"""The access log: one line per HTTP request, written when its response is over, in uvicorn's
+shape plus the duration (``127.0.0.1:51234 - "POST /v1/completions HTTP/1.1" 200 12.3ms``).
+``--disable-access-log`` turns it off."""
+
+from __future__ import annotations
+
+import logging
+import time
+from typing import Any
+
+__all__ = ["access_line", "logged"]
+
+log = logging.getLogger("tokenwire.access")
+
+
+def access_line(scope: dict[str, Any], status: int | None, seconds: float) -> str:
+    """The log line of one request (``status`` None: the client left before any response)."""
+    client = scope.get("client")
+    who = f"{client[0]}:{client[1]}" if client else "-"
+    path = scope.get("path", "")
+    query = scope.get("query_string", b"")
+    if query:
+        path += "?" + query.decode("latin-1")
+    version = scope.get("http_version", "1.1")
+    shown = "-" if status is None else str(status)
+    return (
+        f'{who} - "{scope.get("method", "-")} {path} HTTP/{version}" {shown} {seconds * 1e3:.1f}ms'
+    )
+
+
+async def logged(app: Any, scope: dict[str, Any], receive: Any, send: Any) -> None:
+    """Run the ASGI ``app`` for one HTTP request and log its line once it is over."""
+    start = time.perf_counter()
+    status: int | None = None
+
+    async def send_seen(message: dict[str, Any]) -> None:
+        nonlocal status
+        if message["type"] == "http.response.start":
+            status = message["status"]
+        await send(message)
+
+    try:
+        await app(scope, receive, send_seen)
+    finally:
+        log.info("%s", access_line(scope, status, time.perf_counter() - start))
