@@ -46,19 +46,73 @@ def test_try_send_full_and_closed():
 def test_merge_into_last():
     sink = EgressSink(capacity=1)
     assert sink.try_send(Frame.of(chunk("ab", [1, 2], 2))) is None
-    assert sink.merge_into_last(Frame.of(chunk("c", [3], 3)), max_text=100)
-    assert sink.merge_into_last(Done.of(chunk("d", [4], 4, FinishReason.length(4))), max_text=100)
+    assert sink.merge_into_last(Frame.of(chunk("c", [3], 3)), max_pending=100)
+    assert sink.merge_into_last(
+        Done.of(chunk("d", [4], 4, FinishReason.length(4))), max_pending=100
+    )
     (item,) = sink.drain()
     assert isinstance(item, Done)
     assert (item.event.text, item.event.token_ids) == ("abcd", [1, 2, 3, 4])
     assert item.event.completion_tokens == 4 and item.event.finish_reason == FinishReason.length(4)
     # Over the cap: nothing is delivered and the caller is told.
     sink.try_send(Frame.of(chunk("x" * 8, [5], 5)))
-    assert not sink.merge_into_last(Frame.of(chunk("y" * 3, [6], 6)), max_text=10)
+    assert not sink.merge_into_last(Frame.of(chunk("y" * 3, [6], 6)), max_pending=10)
     assert sink.drain()[0].event.text == "x" * 8
     # The consumer took everything meanwhile: the item is simply queued.
-    assert sink.merge_into_last(Frame.of(chunk("z", [7], 7)), max_text=10)
+    assert sink.merge_into_last(Frame.of(chunk("z", [7], 7)), max_pending=10)
     assert sink.get_nowait().event.text == "z"
+
+
+def test_merging_is_amortized_constant_time():
+    # A stalled consumer: every delta is folded into one pending item, which is never copied.
+    sink = EgressSink(capacity=1)
+    sink.try_send(Frame.of(chunk("a", [0], 1)))
+    for i in range(1, 2000):
+        assert sink.merge_into_last(Frame.of(chunk("b", [i], i + 1)), max_pending=1 << 20)
+        if i == 1:
+            pending = sink._dq[-1]
+            ids = pending.ids
+        assert sink._dq[-1] is pending and pending.ids is ids  # appended in place
+    (item,) = sink.drain()
+    assert item.event.text == "a" + "b" * 1999 and item.event.token_ids == list(range(2000))
+    assert item.event.completion_tokens == 2000
+
+
+def test_pending_bound_counts_token_ids_too():
+    # Tokens with no text (special tokens, partial characters) are bounded as well.
+    sink = EgressSink(capacity=1)
+    sink.try_send(Frame.of(chunk("", [0], 1)))
+    merged = 0
+    while sink.merge_into_last(Frame.of(chunk("", [merged + 1], merged + 2)), max_pending=100):
+        merged += 1
+        assert merged < 1000
+    assert merged == 99
+    (item,) = sink.drain()
+    assert len(item.event.token_ids) == 100
+
+
+def test_idle_for_and_abandon():
+    sink = EgressSink(capacity=1)
+    called = []
+    sink.on_abandon = lambda: called.append(True)
+    sink.try_send(Frame.of(chunk("a", [1], 1)))
+    t0 = sink._taken_at
+    assert sink.idle_for(t0 + 5) == 5
+    sink.get_nowait()
+    assert sink.idle_for(t0) <= 0  # taking an item resets the clock
+    sink.abandon(Error(DecodeError("gone")))
+    sink.abandon(Error(DecodeError("again")))
+    assert called == [True]  # told once
+    assert isinstance(sink.drain()[0], Error)
+
+
+async def test_a_waiting_consumer_is_never_idle():
+    sink = EgressSink(capacity=1)
+    task = asyncio.create_task(sink.get())
+    await asyncio.sleep(0)
+    assert sink.idle_for(sink._taken_at + 1000) == 0
+    sink.try_send(Frame.of(chunk("a", [1], 1)))
+    await asyncio.wait_for(task, 5)
 
 
 def test_send_final_goes_past_capacity():

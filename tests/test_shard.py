@@ -233,7 +233,7 @@ def test_backpressure_merges_and_delivers_everything():
 
 def test_backpressure_cap_ends_the_request():
     tok = byte_tokenizer()
-    run = Run(tok, SamplingParams(), capacity=1, max_pending_text=10)
+    run = Run(tok, SamplingParams(), capacity=1, max_pending=10)
     for t in b("0123456789abcdef"):
         run.step([t])
     items = run.items()
@@ -241,6 +241,22 @@ def test_backpressure_cap_ends_the_request():
     assert run.aborted == ["r"]
     assert len(run.shard) == 0
     assert sum(len(i.event.text) for i in items[:-1]) <= 10
+
+
+def test_a_client_that_stopped_reading_is_abandoned():
+    tok = byte_tokenizer()
+    run = Run(tok, SamplingParams(), capacity=1, max_stall=30.0)
+    abandoned = []
+    run.sink.on_abandon = lambda: abandoned.append(True)
+    for t in b("abc"):
+        run.step([t])  # merged into the pending item: the client is not idle for long yet
+    assert run.aborted == [] and len(run.shard) == 1
+    run.sink._taken_at -= 31  # nothing taken for longer than max_stall
+    run.step(b("d"))
+    assert run.aborted == ["r"] and len(run.shard) == 0 and abandoned == [True]
+    items = run.items()
+    assert isinstance(items[-1], Error) and "has not read" in str(items[-1].error)
+    assert "".join(i.event.text for i in items[:-1]) == "abc"
 
 
 def test_closed_sink_aborts():

@@ -84,6 +84,14 @@ def build_parser() -> argparse.ArgumentParser:
         help="longest stop string a request may send, in UTF-8 bytes; longer ones get 400 "
         "(default: %(default)s)",
     )
+    serve.add_argument(
+        "--stall-timeout",
+        type=float,
+        default=30.0,
+        help="seconds a streaming client may read nothing while output waits for it before its "
+        "request is ended (engine slot freed, connection closed); 0: never "
+        "(default: %(default)s)",
+    )
     _add_synthetic_args(serve)
     features.add_arguments(serve)
     serve.add_argument(
@@ -258,6 +266,7 @@ def _serve(args: argparse.Namespace) -> int:
         ServerConfig(
             model_name=name,
             max_concurrent_requests=args.max_concurrent_requests,
+            stall_timeout=args.stall_timeout or None,
             limits=RequestLimits(max_stop_str_len=args.max_stop_str_len),
             features=output_features,
             access_log=not args.disable_access_log,

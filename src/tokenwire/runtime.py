@@ -45,7 +45,7 @@ from tokenwire.messages.frames import (
 from tokenwire.server import api
 from tokenwire.server.features import Features
 from tokenwire.server.metrics import EngineCollector, Metrics
-from tokenwire.shard import DetokShard
+from tokenwire.shard import DEFAULT_MAX_STALL, DetokShard
 from tokenwire.tokenizer import Tokenizer
 
 __all__ = ["ServerConfig", "Runtime"]
@@ -63,6 +63,9 @@ class ServerConfig:
     model_name: str = "tokenwire"
     max_concurrent_requests: int = 1024
     sink_capacity: int = 64
+    #: Seconds a streaming client may read nothing while its sink is full before its request
+    #: is ended (None: never).
+    stall_timeout: float | None = DEFAULT_MAX_STALL
     limits: api.RequestLimits = dataclasses.field(default_factory=api.RequestLimits)
     #: Output parsing and the other OpenAI features (reasoning, tool calls...).
     features: Features = dataclasses.field(default_factory=Features)
@@ -81,7 +84,7 @@ class Runtime:
         self.features = dataclasses.replace(
             config.features, structured_outputs=supports_structured_outputs(engine)
         )
-        self.shard = DetokShard(self._abort_in_engine)
+        self.shard = DetokShard(self._abort_in_engine, max_stall=config.stall_timeout)
         self.metrics = Metrics()
         EngineCollector(engine, self.metrics.registry)
         self._ids = itertools.count()

@@ -21,13 +21,16 @@ tokens together (``DecodeBatch``), then, per request and per token in order:
    held text and whatever the decoder still holds.
 
 Delivery goes through each request's ``EgressSink``: when it is full, the delta is merged into
-the newest undelivered item (bounded by ``max_pending_text``, past which the request ends); when
-it is closed, the request ends. Both abort the request in the engine. Not thread-safe: call it
-from one thread (the sinks' consumers may live elsewhere).
+the newest undelivered item (bounded by ``max_pending`` characters and token ids together, past
+which the request ends; so is a request whose client has not taken anything for ``max_stall``
+seconds, and its sink is abandoned); when it is closed, the request ends. Both abort the request
+in the engine. Not thread-safe: call it from one thread (the sinks' consumers may live
+elsewhere).
 """
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -50,10 +53,12 @@ from tokenwire.messages.sampling import MAX_STOP_TOKEN_SEQUENCE_LEN, SamplingPar
 if TYPE_CHECKING:
     from tokenwire.tokenizer import Tokenizer
 
-__all__ = ["DEFAULT_MAX_PENDING_TEXT", "DetokShard"]
+__all__ = ["DEFAULT_MAX_PENDING", "DEFAULT_MAX_STALL", "DetokShard"]
 
-#: Characters a request may have waiting for a slow client before it is ended.
-DEFAULT_MAX_PENDING_TEXT = 1 << 20
+#: Characters plus token ids a request may have waiting for a slow client before it is ended.
+DEFAULT_MAX_PENDING = 1 << 20
+#: Seconds a client may take nothing from its full sink before its request is ended.
+DEFAULT_MAX_STALL = 30.0
 
 
 class _Req:
@@ -184,10 +189,12 @@ class DetokShard:
         self,
         abort: Callable[[str], None] | None = None,
         *,
-        max_pending_text: int = DEFAULT_MAX_PENDING_TEXT,
+        max_pending: int = DEFAULT_MAX_PENDING,
+        max_stall: float | None = DEFAULT_MAX_STALL,
     ) -> None:
         self._abort_cb = abort
-        self.max_pending_text = max_pending_text
+        self.max_pending = max_pending
+        self.max_stall = max_stall
         self._reqs: dict[str, _Req] = {}
         self._sid: dict[str, int] = {}  # rid -> shard slot
         self._batches: dict[tuple[int, bool], DecodeBatch] = {}
@@ -686,14 +693,21 @@ class DetokShard:
     ) -> None:
         """``try_send`` did not deliver: merge into the pending item, or end the request."""
         sink = st.sink
-        if not sink.closed and sink.merge_into_last(item, self.max_pending_text):
+        stall = self.max_stall
+        if sink.closed:
+            pass
+        elif stall is not None and sink.idle_for(time.monotonic()) > stall:
+            sink.abandon(
+                Error(OverloadedError(f"the client has not read its stream for {stall:g} s"))
+            )
+        elif sink.merge_into_last(item, self.max_pending):
             return
-        if not sink.closed:
+        else:
             sink.send_final(
                 Error(
                     OverloadedError(
-                        f"more than {self.max_pending_text} characters are waiting for this "
-                        "client: it reads slower than the engine writes"
+                        f"more than {self.max_pending} characters and token ids are waiting for "
+                        "this client: it reads slower than the engine writes"
                     )
                 )
             )

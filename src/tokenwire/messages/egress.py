@@ -3,7 +3,9 @@
 ``EgressSink`` is bounded and never blocks its producer: ``try_send`` answers at once with
 ``None`` (delivered), ``SinkError.FULL`` (the client reads slower than the engine writes) or
 ``SinkError.CLOSED`` (the client is gone). ``merge_into_last`` lets the producer fold a delta into
-the newest undelivered item instead of queueing, so a slow client costs bounded memory. The
+the newest undelivered item instead of queueing (amortized O(1) per delta: the pieces are joined
+once, when the consumer takes the item), so a slow client costs bounded memory and work;
+``idle_for`` tells how long the consumer has not taken anything. The
 consumer side is awaitable; producer and consumer may run on different threads (the queue is a
 ``deque``, whose appends and pops are atomic, and wake-ups are handed to the consumer's event loop
 in one batch per loop iteration).
@@ -14,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import enum
 import threading
+import time
 from collections import deque
 from typing import Any
 
@@ -158,10 +161,58 @@ def _notifier_for(loop: asyncio.AbstractEventLoop) -> _Notifier:
     return notifier
 
 
+class _Merged:
+    """Deltas folded together while the consumer is behind: the newest chunk's fields, every
+    piece of text and every token id, joined into one chunk when the consumer takes it."""
+
+    __slots__ = ("extras", "ids", "last", "size", "texts")
+
+    def __init__(self, first: Frame | Done) -> None:
+        self.last = first
+        self.texts = [first.text]
+        self.ids = list(first.token_ids)
+        self.extras = first.extras
+        self.size = len(first.text) + len(first.token_ids)
+
+    def add(self, item: Frame | Done) -> None:
+        self.last = item
+        self.texts.append(item.text)
+        self.ids.extend(item.token_ids)
+        self.extras = _merge_extras(self.extras, item.extras)
+        self.size += len(item.text) + len(item.token_ids)
+
+    def chunk(self) -> Frame | Done:
+        last = self.last
+        return type(last)(
+            last.rid,
+            self.ids,
+            last.finish_reason,
+            last.prompt_tokens,
+            "".join(self.texts),
+            last.completion_tokens,
+            self.extras,
+            last.cached_tokens,
+            last.reasoning_tokens,
+        )
+
+
+def _taken(item: Any) -> Any:
+    return item.chunk() if type(item) is _Merged else item
+
+
 class EgressSink:
     """A bounded, non-blocking channel of ``EgressItem``s for one request."""
 
-    __slots__ = ("_closed", "_dq", "_ended", "_notifier", "_waiter", "capacity")
+    __slots__ = (
+        "_closed",
+        "_dq",
+        "_ended",
+        "_notifier",
+        "_taken_at",
+        "_waiter",
+        "capacity",
+        "on_abandon",
+    )
 
     def __init__(self, capacity: int = DEFAULT_SINK_CAPACITY) -> None:
         if capacity < 1:
@@ -172,6 +223,10 @@ class EgressSink:
         self._waiter: asyncio.Future[None] | None = None
         self._notifier: _Notifier | None = None
         self._ended = False
+        self._taken_at = time.monotonic()
+        #: Called (on the producer's thread) when the producer gives up on a consumer that has
+        #: stopped taking items (``abandon``); the consumer's owner uses it to end the response.
+        self.on_abandon: Any = None
 
     # ---- producer --------------------------------------------------------------------------------
 
@@ -196,40 +251,49 @@ class EgressSink:
             self._wake()
         return None
 
-    def merge_into_last(self, item: Frame | Done, max_text: int) -> bool:
+    def merge_into_last(self, item: Frame | Done, max_pending: int) -> bool:
         """Fold ``item`` into the newest undelivered chunk (text and token ids concatenated, a
         ``Done`` replacing a ``Frame``); if the consumer took it meanwhile, queue ``item``.
-        Returns False, delivering nothing, when the merged text would pass ``max_text``
-        characters."""
+        Returns False, delivering nothing, when the merged chunk would hold more than
+        ``max_pending`` characters and token ids together."""
         dq = self._dq
         try:
             last = dq.pop()  # atomic: from here on only the producer holds it
         except IndexError:
             dq.append(item)
             return True
-        if not isinstance(last, (Frame, Done)):
+        if type(last) is _Merged:
+            merged = last
+        elif isinstance(last, (Frame, Done)):
+            merged = _Merged(last)
+        else:
             dq.append(last)
             dq.append(item)
             return True
-        if len(last.text) + len(item.text) > max_text:
+        if merged.size + len(item.text) + len(item.token_ids) > max_pending:
             dq.append(last)
             return False
-        dq.append(
-            type(item)(
-                item.rid,
-                last.token_ids + item.token_ids,
-                item.finish_reason,
-                item.prompt_tokens,
-                last.text + item.text,
-                item.completion_tokens,
-                _merge_extras(last.extras, item.extras),
-                item.cached_tokens,
-                item.reasoning_tokens,
-            )
-        )
+        merged.add(item)
+        dq.append(merged)
         if self._waiter is not None:
             self._wake()
         return True
+
+    def idle_for(self, now: float) -> float:
+        """Seconds (of ``time.monotonic``) since the consumer last took an item; 0 while it is
+        waiting for one."""
+        if self._waiter is not None:
+            return 0.0
+        return now - self._taken_at
+
+    def abandon(self, item: Any) -> None:
+        """The producer gives up on a consumer that has stopped taking items: ``item`` (an
+        ``Error``) is its last, and ``on_abandon`` is told."""
+        self.send_final(item)
+        callback = self.on_abandon
+        if callback is not None:
+            self.on_abandon = None
+            callback()
 
     def _wake(self) -> None:
         waiter = self._waiter
@@ -257,14 +321,17 @@ class EgressSink:
 
     def get_nowait(self) -> Any:
         """The next item; ``IndexError`` when none is waiting."""
-        return self._dq.popleft()
+        item = self._dq.popleft()
+        self._taken_at = time.monotonic()
+        return _taken(item)
 
     def drain(self) -> list[Any]:
         """Every item waiting now."""
         out = []
         dq = self._dq
         while dq:
-            out.append(dq.popleft())
+            out.append(_taken(dq.popleft()))
+        self._taken_at = time.monotonic()
         return out
 
     async def get(self) -> Any:
@@ -272,7 +339,8 @@ class EgressSink:
         dq = self._dq
         while True:
             if dq:
-                return dq.popleft()
+                self._taken_at = time.monotonic()
+                return _taken(dq.popleft())
             if self._closed:
                 raise ClientDisconnected("the response channel is closed")
             notifier = self._notifier

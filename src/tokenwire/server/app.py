@@ -89,6 +89,22 @@ async def _merged(subs: list[tuple[str, int, EgressSink]]) -> AsyncIterator[list
             t.cancel()
 
 
+def _end_when_abandoned(subs: Subs) -> list[bool]:
+    """Cancel the current task when the shard abandons one of ``subs``' sinks (the client has
+    stopped reading); the returned list is non-empty once that happened."""
+    task = asyncio.current_task()
+    hit: list[bool] = []
+
+    def end() -> None:
+        if not hit and task is not None:
+            hit.append(True)
+            task.cancel()
+
+    for _, _, sink in subs:
+        sink.on_abandon = end
+    return hit
+
+
 class _Tracker:
     """Per-request latency metrics."""
 
@@ -304,6 +320,7 @@ class App:
         rt = self.runtime
         subs = streamer.subs
         gone = self._watch(receive, subs)
+        abandoned = _end_when_abandoned(subs)
         try:
             await send({"type": "http.response.start", "status": 200, "headers": _SSE})
             pending = streamer.head()
@@ -336,6 +353,13 @@ class App:
             rt.metrics.requests.labels(route, "200").inc()
         except ClientDisconnected:
             rt.metrics.requests.labels(route, "499").inc()
+        except asyncio.CancelledError:
+            if not abandoned:
+                raise
+            # The client stopped reading (its request is already ended): returning with the
+            # response incomplete makes the server close the connection.
+            log.warning("%s: the client stopped reading its stream; closing it", route)
+            rt.metrics.requests.labels(route, "429").inc()
         finally:
             gone.cancel()
             streamer.close()

@@ -1,0 +1,82 @@
+"""Clients that stop reading: they cost bounded memory and work, never slow other streams down,
+and are ended (engine slot freed, connection closed) once they have read nothing for long enough."""
+
+from __future__ import annotations
+
+import json
+import statistics
+import time
+
+import httpx
+
+from tokenwire.engine.synthetic import SyntheticConfig
+
+from served import MODEL, raw_request, serve, wait_until
+
+#: SGLang's streaming repeats the whole text so far in every chunk: a stalled client's socket
+#: buffers fill within seconds, and its sink then merges every step.
+_STALLING = json.dumps(
+    {
+        "text": "Hi",
+        "stream": True,
+        "sampling_params": {"max_new_tokens": 30000, "ignore_eos": True},
+    }
+).encode()
+
+
+def _reading_stream(url: str, tokens: int) -> float:
+    body = {"model": MODEL, "prompt": "Hi", "max_tokens": tokens, "stream": True}
+    body["ignore_eos"] = True
+    start = time.perf_counter()
+    with httpx.stream("POST", url + "/v1/completions", json=body, timeout=60) as resp:
+        assert resp.status_code == 200
+        text = b"".join(resp.iter_bytes())
+    assert text.endswith(b"data: [DONE]\n\n")
+    return time.perf_counter() - start
+
+
+def _stalled(s, n: int) -> bool:
+    sinks = [st.sink for st in s.runtime.shard._reqs.values()]
+    return len(sinks) >= n and all(len(k) >= k.capacity for k in sinks)
+
+
+def test_fifty_non_reading_clients_leave_a_reading_stream_alone():
+    # Several tokens a step: the stalled clients' pending text grows fast (a sink that copied it
+    # on every merge would be quadratic in it and slow every other stream down).
+    config = SyntheticConfig(step_time=0.01, tokens_per_step=16)
+    with serve(config, stall_timeout=None) as s:
+        unloaded = statistics.median(_reading_stream(s.url, 1600) for _ in range(3))
+        socks = [
+            raw_request(s.port, "POST", "/generate", _STALLING, rcvbuf=4096) for _ in range(50)
+        ]
+        try:
+            # Every one of them has stopped reading: its sink is full and merging.
+            assert wait_until(lambda: _stalled(s, 50), 60)
+            time.sleep(2)
+            loaded = statistics.median(_reading_stream(s.url, 1600) for _ in range(3))
+            assert _stalled(s, 50) and s.engine.running >= 50  # still there, still stalled
+        finally:
+            for sock in socks:
+                sock.close()
+        assert loaded <= 1.2 * unloaded, (loaded, unloaded)
+
+
+def test_a_client_that_stops_reading_is_ended_and_its_engine_slot_freed():
+    with serve(SyntheticConfig(step_time=0.005), stall_timeout=1.0) as s:
+        sock = raw_request(s.port, "POST", "/generate", _STALLING, rcvbuf=4096)
+        try:
+            assert wait_until(lambda: _stalled(s, 1), 60)
+            # Not a read for a second: the request is ended in the engine and the shard...
+            assert wait_until(lambda: s.engine.running == 0 and len(s.runtime.shard) == 0, 10)
+            assert s.engine.stats["aborted"] == 1
+            # ...and the connection is closed: draining it reaches the end.
+            sock.settimeout(10)
+            with_end = b""
+            while chunk := sock.recv(1 << 20):
+                with_end = (with_end + chunk)[-4096:]
+            assert with_end  # everything the server had sent, then EOF
+        except TimeoutError as exc:  # pragma: no cover - the failure being tested for
+            raise AssertionError("the server never closed the stalled connection") from exc
+        finally:
+            sock.close()
+        assert httpx.get(s.url + "/health").status_code == 200

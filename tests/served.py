@@ -1,0 +1,81 @@
+"""A real tokenwire server on a loopback port, in a thread, for tests that need sockets."""
+
+from __future__ import annotations
+
+import contextlib
+import socket
+import threading
+import time
+from collections.abc import Iterator
+
+import uvicorn
+
+from tokenwire.engine.synthetic import SyntheticConfig, SyntheticEngine
+from tokenwire.server import ServerConfig, create_app
+
+from conftest import real_tokenizer
+
+MODEL = "test-model"
+
+
+class Served:
+    def __init__(self, url: str, port: int, engine: SyntheticEngine, app, server) -> None:
+        self.url = url
+        self.port = port
+        self.engine = engine
+        self.app = app
+        self.server = server
+
+    @property
+    def runtime(self):
+        return self.app.state.runtime
+
+
+@contextlib.contextmanager
+def serve(config: SyntheticConfig, uvicorn_kw: dict | None = None, **server_kw) -> Iterator[Served]:
+    """Serve the default tokenizer over a synthetic engine until the block ends."""
+    tok = real_tokenizer("default")
+    engine = SyntheticEngine(tok, config)
+    app = create_app(tok, engine, ServerConfig(model_name=MODEL, **server_kw))
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    port = sock.getsockname()[1]
+    kw = {"log_level": "warning", "lifespan": "on", "timeout_graceful_shutdown": 2}
+    server = uvicorn.Server(uvicorn.Config(app, **(kw | (uvicorn_kw or {}))))
+    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 30
+    while not server.started:
+        if time.monotonic() > deadline or not thread.is_alive():
+            raise RuntimeError("server did not start")
+        time.sleep(0.02)
+    try:
+        yield Served(f"http://127.0.0.1:{port}", port, engine, app, server)
+    finally:
+        server.should_exit = True
+        thread.join(10)
+        sock.close()
+
+
+def wait_until(done, timeout: float = 10) -> bool:
+    """Poll ``done()`` until it holds (or give up after ``timeout`` seconds)."""
+    deadline = time.monotonic() + timeout
+    while not done():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.01)
+    return True
+
+
+def raw_request(port: int, method: str, path: str, body: bytes = b"", *, rcvbuf: int = 0):
+    """Open a connection and send one request on it (the caller reads, or does not)."""
+    s = socket.socket()
+    if rcvbuf:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, rcvbuf)
+    s.connect(("127.0.0.1", port))
+    head = (
+        f"{method} {path} HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+        f"Content-Length: {len(body)}\r\n\r\n"
+    ).encode()
+    s.sendall(head + body)
+    return s
