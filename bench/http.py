@@ -21,12 +21,11 @@ HERE = Path(__file__).resolve().parent
 sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != HERE]
 
 import asyncio  # noqa: E402
-import itertools  # noqa: E402
 import json  # noqa: E402
 import os  # noqa: E402
-import socket  # noqa: E402
 import subprocess  # noqa: E402
-import time  # noqa: E402
+
+from loadgen import free_port, load, request_bytes, summary, wait_port  # noqa: E402
 
 TOKENS = int(os.environ.get("TOKENS", "128"))
 ROUNDS = int(os.environ.get("ROUNDS", "5"))
@@ -85,93 +84,6 @@ async def ceiling_app(scope, receive, send):  # pragma: no cover - runs in its o
 CHUNKS = _ceiling_chunks()
 
 
-# ---- the load generator --------------------------------------------------------------------------
-
-
-def _request(port: int) -> bytes:
-    body = json.dumps(
-        {
-            "model": MODEL,
-            "prompt": "Benchmark prompt: tell me a story about a fox.",
-            "max_tokens": TOKENS,
-            "ignore_eos": True,
-            "stream": True,
-        }
-    ).encode()
-    return (
-        f"POST /v1/completions HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\n"
-        f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n"
-        "Connection: close\r\n\r\n"
-    ).encode() + body
-
-
-async def _one(port: int, payload: bytes, out: list) -> None:
-    reader, writer = await asyncio.open_connection("127.0.0.1", port)
-    t0 = time.perf_counter()
-    writer.write(payload)
-    await writer.drain()
-    arrivals = []
-    tail = b""
-    done = False
-    while True:
-        data = await reader.read(1 << 16)
-        if not data:
-            break
-        now = time.perf_counter()
-        window = tail + data
-        if b'"text":' in data or b"[DONE]" in window:
-            arrivals.append(now)
-        if b"data: [DONE]" in window:
-            done = True
-        tail = window[-32:]
-    writer.close()
-    out.append((t0, arrivals, done))
-
-
-async def _load(port: int, concurrency: int) -> dict:
-    payload = _request(port)
-    results: list = []
-    t0 = time.perf_counter()
-    await asyncio.gather(*(_one(port, payload, results) for _ in range(concurrency)))
-    elapsed = time.perf_counter() - t0
-    ttft = [arr[0] - start for start, arr, _ in results if arr]
-    itl = [b - a for _, arr, _ in results for a, b in itertools.pairwise(arr)]
-    complete = sum(done for _, _, done in results)
-    return {
-        "elapsed": elapsed,
-        "tokens_per_s": complete * TOKENS / elapsed,
-        "complete": complete,
-        "ttft": ttft,
-        "itl": itl,
-    }
-
-
-def _pct(xs: list[float], p: float) -> float:
-    if not xs:
-        return float("nan")
-    xs = sorted(xs)
-    return xs[min(len(xs) - 1, int(p / 100 * len(xs)))]
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def _wait_port(port: int, proc: subprocess.Popen, timeout: float = 60) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise RuntimeError("server exited")
-        try:
-            with socket.create_connection(("127.0.0.1", port), timeout=0.2):
-                return
-        except OSError:
-            time.sleep(0.1)
-    raise RuntimeError("server did not start")
-
-
 def _start(kind: str, port: int) -> subprocess.Popen:
     if kind == "tokenwire":
         cmd = [
@@ -223,39 +135,28 @@ def main() -> None:
     levels = [int(c) for c in os.environ.get("CONCURRENCY", "64,256,1024").split(",")]
     # Both servers up (idle when not loaded, both pinned to CPU 0); rounds alternate between them
     # so that drifts in machine speed hit both alike.
-    ports = {"ceiling": _free_port(), "tokenwire": _free_port()}
+    ports = {"ceiling": free_port(), "tokenwire": free_port()}
     procs = {k: _start(k, p) for k, p in ports.items()}
     rows = []
     try:
+        payloads = {k: request_bytes(p, MODEL, TOKENS) for k, p in ports.items()}
         for k, p in ports.items():
-            _wait_port(p, procs[k])
-            asyncio.run(_load(p, 16))  # warm-up
+            wait_port(p, procs[k])
+            asyncio.run(load(p, 16, payloads[k], TOKENS))  # warm-up
         for c in levels:
             runs: dict[str, list[dict]] = {"ceiling": [], "tokenwire": []}
             for _ in range(ROUNDS):
                 for kind, port in ports.items():
-                    runs[kind].append(asyncio.run(_load(port, c)))
+                    runs[kind].append(asyncio.run(load(port, c, payloads[kind], TOKENS)))
             ratios = [
                 t["tokens_per_s"] / e["tokens_per_s"]
                 for t, e in zip(runs["tokenwire"], runs["ceiling"])
             ]
             for kind in ports:
-                rs = sorted(runs[kind], key=lambda r: r["tokens_per_s"])
-                med = rs[len(rs) // 2]
-                rec = {
-                    "impl": kind,
-                    "C": c,
-                    "tokens_per_s": round(med["tokens_per_s"]),
-                    "complete": med["complete"],
-                    "ttft_p50_ms": round(_pct(med["ttft"], 50) * 1e3, 1),
-                    "ttft_p99_ms": round(_pct(med["ttft"], 99) * 1e3, 1),
-                    "itl_p50_ms": round(_pct(med["itl"], 50) * 1e3, 2),
-                    "itl_p99_ms": round(_pct(med["itl"], 99) * 1e3, 2),
-                    "runs_tokens_per_s": [round(r["tokens_per_s"]) for r in runs[kind]],
-                    "share": round(sorted(ratios)[len(ratios) // 2], 3)
-                    if kind == "tokenwire"
-                    else 1.0,
-                }
+                rec = {"impl": kind, "C": c, **summary(runs[kind])}
+                rec["share"] = (
+                    round(sorted(ratios)[len(ratios) // 2], 3) if kind == "tokenwire" else 1.0
+                )
                 print(json.dumps(rec), flush=True)
                 rows.append(rec)
     finally:

