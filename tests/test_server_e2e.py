@@ -234,7 +234,7 @@ def error_of(resp: httpx.Response) -> dict:
             "max_completion_tokens",
         ),
         ("/v1/completions", {"model": MODEL, "prompt": [1, 151936]}, 400, "prompt"),
-        ("/v1/completions", {"model": MODEL, "prompt": "x", "echo": True}, 400, "echo"),
+        ("/v1/completions", {"model": MODEL, "prompt": "x", "echo": "yes"}, 400, "echo"),
         ("/generate", {"text": "x", "sampling_params": {"max_tokens": 3}}, 400, "max_tokens"),
         ("/generate", {"input_ids": [151936]}, 400, "input_ids"),
     ],

@@ -252,8 +252,9 @@ CORPUS: list[tuple[str, str, bytes, int, str | None]] = [
     ("prompt-nested-3", C, _j({"prompt": [[[1]]]}), 400, "prompt"),
     ("prompt-ids-negative", C, _j({"prompt": [1, -1]}), 400, "prompt"),
     ("prompt-huge-id", C, b'{"prompt":[' + b"9" * 30 + b"]}", 400, "prompt"),
-    ("logprobs-requested", C, _j({"prompt": "x", "logprobs": 5}), 400, "logprobs"),
-    ("echo-requested", C, _j({"prompt": "x", "echo": True}), 400, "echo"),
+    ("logprobs-too-many", C, _j({"prompt": "x", "logprobs": 10**9}), 400, "logprobs"),
+    ("logprobs-negative", C, _j({"prompt": "x", "logprobs": -1}), 400, "logprobs"),
+    ("echo-not-bool", C, _j({"prompt": "x", "echo": [True]}), 400, "echo"),
     (
         "stream-options-no-stream",
         C,

@@ -136,6 +136,8 @@ class _Seq:
         "recent",
         "reasoning",
         "thinking",
+        "prompt_ids",
+        "prompt_lp_sent",
     )
 
     def __init__(self, req: EngineRequest, seed: int, eos: frozenset[int]) -> None:
@@ -155,6 +157,8 @@ class _Seq:
         # Output tokens from a <think> through its </think>, and whether one is open.
         self.reasoning = 0
         self.thinking = False
+        self.prompt_ids = req.prompt_ids
+        self.prompt_lp_sent = req.params.prompt_logprobs is None
         self.seed = seed
         self.draws = 0  # random numbers drawn so far (the counter of the seed's stream)
         self.source: list[int] = []
@@ -165,6 +169,42 @@ class _Seq:
         """The next number in [0, 1) of this request's seeded stream."""
         self.draws += 1
         return _splitmix64(self.seed, self.draws) / 2.0**64
+
+
+def _logprob_columns(rows: list[tuple[list, list]], ids: list[int]) -> tuple[list[list[int]], list]:
+    """The batch frame's logprob header columns (``out_lp_lens``, ``in_lp_lens``, the top-k
+    reqlens/poslens pairs, the token-ids families empty) and its data columns."""
+    out_lens, in_lens, out_pos, in_pos = [], [], [], []
+    cols: dict[str, list] = {
+        k: [] for k in ("olv", "oli", "ilv", "ili", "otv", "oti", "itv", "iti")
+    }
+    for out, prompt in rows:
+        out_lens.append(len(out))
+        in_lens.append(len(prompt))
+        for lp_key, id_key, tv, ti, pos, part in (
+            ("olv", "oli", "otv", "oti", out_pos, out),
+            ("ilv", "ili", "itv", "iti", in_pos, prompt),
+        ):
+            for chosen, chosen_lp, top_ids, top_lps in part:
+                cols[lp_key].append(chosen_lp)
+                cols[id_key].append(chosen)
+                pos.append(len(top_ids))
+                cols[ti].extend(top_ids)
+                cols[tv].extend(top_lps)
+    header = [out_lens, in_lens, out_lens, out_pos, in_lens, in_pos, [], [], [], [], [], []]
+    f32 = np.float32
+    return header, [
+        ids,
+        np.asarray(cols["olv"], dtype=f32),
+        np.asarray(cols["oli"], dtype=np.int32),
+        np.asarray(cols["ilv"], dtype=f32),
+        np.asarray(cols["ili"], dtype=np.int32),
+        np.asarray(cols["otv"], dtype=f32),
+        np.asarray(cols["oti"], dtype=np.int32),
+        np.asarray(cols["itv"], dtype=f32),
+        np.asarray(cols["iti"], dtype=np.int32),
+        *([np.zeros(0, dtype=np.int32)] * 5),
+    ]
 
 
 class SyntheticEngine:
@@ -366,6 +406,52 @@ class SyntheticEngine:
                 return stop
         return None
 
+    def _logprob_rows(self, seq: _Seq, new_ids: list[int]) -> tuple[list, list]:
+        """This step's logprob rows of a request: one per new token (when it asked for
+        logprobs), and one per prompt token after the first on its first step (when it asked
+        for prompt logprobs)."""
+        p = seq.params
+        out = []
+        if p.logprobs is not None:
+            greedy = p.top_k == 1
+            start = seq.gen - len(new_ids)
+            out = [
+                (t, *self.logprob_row(seq.seed, seq.prompt_len + start + k, t, greedy, p.logprobs))
+                for k, t in enumerate(new_ids)
+            ]
+        prompt = []
+        if not seq.prompt_lp_sent:
+            seq.prompt_lp_sent = True
+            k = p.prompt_logprobs or 0
+            prompt = [
+                (t, *self.logprob_row(seq.seed, pos, t, False, k))
+                for pos, t in enumerate(seq.prompt_ids[1:], 1)
+            ]
+        return out, prompt
+
+    def logprob_row(
+        self, seed: int, position: int, chosen: int, greedy: bool, k: int
+    ) -> tuple[float, list[int], list[float]]:
+        """The distribution the engine "sampled" ``chosen`` from at ``position`` (seeded): the
+        chosen token's logprob and the ``k`` most likely tokens with theirs, most likely first.
+        The chosen token ranks first when decoding is greedy, else among the first three; the
+        probabilities halve (with a seeded jitter) from rank to rank."""
+        width = max(k, 3) + 1
+        counters = np.arange(position * 64, position * 64 + 2 * width + 1, dtype=np.uint64)
+        draws = _splitmix64_array(np.uint64(seed ^ 0x5EED10C9), counters)
+        rank = 0 if greedy else int(draws[-1] % np.uint64(3))
+        others = self._plain_arr[draws[:width] % np.uint64(len(self._plain_arr))].tolist()
+        ranked: list[int] = []
+        for t in others:
+            if t != chosen and t not in ranked:
+                ranked.append(t)
+        ranked.insert(min(rank, len(ranked)), chosen)
+        jitter = (draws[width : 2 * width] >> np.uint64(11)).astype(np.float64) / 2.0**53
+        logps = (np.log(0.5) * (np.arange(width) + 1 + 0.5 * jitter[:width])).tolist()
+        logps = logps[: len(ranked)]
+        chosen_lp = logps[ranked.index(chosen)]
+        return chosen_lp, ranked[:k], logps[:k]
+
     def _step(self) -> list[bytes]:
         self.stats["steps"] += 1
         faults, self._faults = self._faults, []
@@ -391,9 +477,11 @@ class SyntheticEngine:
         done: list[str] = []
         echo = cfg.output == "echo"
         random_eos = self._eos is not None and (cfg.eos_prob > 0 or cfg.eos_at is not None)
+        lp_rows: list[tuple[list, list]] | None = None  # per request: (output rows, prompt rows)
         for seq in self._running.values():
             n = 0
             finish = None
+            first = len(ids)
             for _ in range(cfg.tokens_per_step):
                 gen = seq.gen
                 if gen >= seq.limit:
@@ -446,6 +534,12 @@ class SyntheticEngine:
             finishes.append(finish)
             prompt_tokens.append(seq.prompt_len)
             tok_lens.append(n)
+            if seq.params.logprobs is not None or not seq.prompt_lp_sent:
+                if lp_rows is None:
+                    lp_rows = [([], [])] * (len(rids) - 1)
+                lp_rows.append(self._logprob_rows(seq, ids[first:]))
+            elif lp_rows is not None:
+                lp_rows.append(([], []))
             reasoning.append(seq.reasoning)
             if finish is not None:
                 done.append(seq.rid)
@@ -466,7 +560,12 @@ class SyntheticEngine:
                     [0] * n_rows,
                     [cfg.step_time] * n_rows,  # decode latencies
                 ]
-            frame = encode_batch_frame(header, [ids], layout=cfg.frame_layout)
+            data: list = [ids]
+            if lp_rows is not None:
+                at = 6 if cfg.frame_layout == LAYOUT_SGLANG_0_5_23 else 4
+                optional, data = _logprob_columns(lp_rows, ids)
+                header = header[:at] + optional + header[at + len(optional) :]
+            frame = encode_batch_frame(header, data, layout=cfg.frame_layout)
             if malformed:
                 frame = frame[:-4] if ids else frame + b"\x00"
             frames.append(frame)

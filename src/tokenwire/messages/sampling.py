@@ -109,6 +109,12 @@ class SamplingParams:
     custom_params: dict[str, Any] | None = None
     stream_interval: int | None = None
     sampling_seed: int | None = None
+    #: Log probabilities to report per output token: None for none; N >= 0 for the chosen
+    #: token's and the N most likely ones' (vLLM's ``SamplingParams.logprobs``). Set by the
+    #: HTTP layer, not a ``sampling_params`` key.
+    logprobs: int | None = None
+    #: The same for each prompt token (vLLM's ``prompt_logprobs``; the first has none).
+    prompt_logprobs: int | None = None
     # Set by normalize():
     stop_strs: list[str] | None = None
     stop_regex_strs: list[str] | None = None
@@ -329,6 +335,8 @@ class SamplingParams:
 
 _WIRE_FIELDS = tuple(f.name for f in fields(SamplingParams))
 _INPUT_FIELDS = frozenset(_WIRE_FIELDS) - {
+    "logprobs",
+    "prompt_logprobs",
     "stop_strs",
     "stop_regex_strs",
     "stop_str_max_len",

@@ -23,6 +23,7 @@ from tokenwire.messages.sampling import DEFAULT_MAX_STOP_STR_LEN, SamplingParams
 from tokenwire.parsers.output import OutputSpec
 from tokenwire.server.chat import check_tools, normalize_messages, render_chat, template_roles
 from tokenwire.server.features import DEFAULT_FEATURES, Features, forced_schema, output_spec
+from tokenwire.server.logprobs import chat_logprobs_request, completion_logprobs_request
 from tokenwire.server.structured import (
     STRUCTURED_FIELDS,
     check_grammar_params,
@@ -74,6 +75,10 @@ class Plan:
     continuous_usage: bool = False
     #: vLLM's ``return_tokens_as_token_ids``: logprob tokens as ``"token_id:{id}"``.
     return_tokens_as_token_ids: bool = False
+    #: Completions ``echo``: each prompt's text, given back before its output.
+    echo: list[str] | None = None
+    #: vLLM's ``prompt_logprobs`` was asked for (the response carries them).
+    prompt_logprobs: bool = False
     #: Chat: how outputs are parsed (reasoning, tool calls), None for plain text.
     output: OutputSpec | None = None
     #: Chat: the message/delta keys the reasoning text goes under.
@@ -125,9 +130,6 @@ _SAMPLING_FIELDS = {
 }
 # Accepted, and only meaningful at their default: anything else is refused, not ignored.
 _DEFAULT_ONLY = {
-    "logprobs": (None, False),
-    "top_logprobs": (None, 0),
-    "echo": (None, False),
     "suffix": (None, ""),
     "best_of": (None, 1),
     "parallel_tool_calls": (None, True, False),
@@ -407,6 +409,7 @@ _COMPLETION_KEYS = (
     | _OPENAI_EXTRAS
     | {"prompt", "max_tokens", "max_completion_tokens", "n", "stream"}
     | STRUCTURED_FIELDS
+    | {"logprobs", "top_logprobs", "echo", "prompt_logprobs"}
 )
 _CHAT_KEYS = (_COMPLETION_KEYS - {"prompt", "suffix", "best_of"}) | {
     "messages",
@@ -444,6 +447,8 @@ def parse_completion(
     _check_choices(len(prompts) * n)
     params = _params(body, tok, prompts, DEFAULT_COMPLETION_MAX_TOKENS, "prompt", limits)
     _constrain(params, body, features)
+    top, echo, prompt_top = completion_logprobs_request(body, features.max_logprobs)
+    params.logprobs, params.prompt_logprobs = top, prompt_top
     return Plan(
         "completion",
         prompts,
@@ -453,8 +458,19 @@ def parse_completion(
         include_usage,
         model,
         continuous_usage=continuous,
+        echo=_echo_texts(body["prompt"], prompts, tok) if echo else None,
+        prompt_logprobs=body.get("prompt_logprobs") is not None,
         **extras,
     )
+
+
+def _echo_texts(value: Any, prompts: list[list[int]], tok: Tokenizer) -> list[str]:
+    """The prompts as ``echo`` gives them back: a text prompt as sent, token ids decoded."""
+    if isinstance(value, str):
+        return [value]
+    if isinstance(value, list) and all(isinstance(p, str) for p in value):
+        return list(value)
+    return [tok.decode(p, False) for p in prompts]
 
 
 def parse_chat(
@@ -485,6 +501,7 @@ def parse_chat(
     _truncate(prompts, body, tok)
     params = _params(body, tok, prompts, None, "messages", limits)
     _constrain(params, body, features)
+    params.logprobs, params.prompt_logprobs = chat_logprobs_request(body, features.max_logprobs)
     spec = output_spec(body, features, text, options["extra"])
     forced = forced_schema(body)
     if forced is not None:
@@ -510,6 +527,7 @@ def parse_chat(
         continuous_usage=continuous,
         output=spec,
         reasoning_fields=features.reasoning_fields(),
+        prompt_logprobs=params.prompt_logprobs is not None,
         **extras,
     )
 
@@ -861,6 +879,7 @@ class ChunkWriter:
         *,
         delta: dict[str, Any] | None = None,
         reason: str | None = None,
+        extra: dict[str, Any] | None = None,
     ) -> bytes:
         """The chunk that ends a choice (chat: ``delta`` replaces the plain content delta;
         ``reason`` overrides the finish reason, as ``tool_calls`` does)."""
@@ -873,6 +892,8 @@ class ChunkWriter:
             "stop_reason": stop_reason,
             "matched_stop": matched_stop(fr),
         }
+        if extra:
+            payload |= extra  # logprobs, prompt_logprobs
         return self.chunk(index, payload, completion_tokens)
 
     def usage(

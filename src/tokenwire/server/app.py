@@ -33,6 +33,7 @@ from tokenwire.runtime import Runtime, ServerConfig
 from tokenwire.server import access_log, api, utility
 from tokenwire.server.chat_output import ChoiceOutput
 from tokenwire.server.guard import guarded
+from tokenwire.server.logprobs import ChoiceLogprobs, TokenStrings
 from tokenwire.server.metrics import Metrics
 from tokenwire.tokenizer import Tokenizer
 
@@ -501,17 +502,20 @@ async def _gather(rt: Runtime, subs: Subs) -> tuple[int, Any] | _Gathered:
                 return item.error.status, api.error_body(item.error)
             got.texts[index].append(item.text)
             got.ids[index].extend(item.token_ids)
+            if item.extras is not None:
+                got.extras[index].append(item.extras)
             if isinstance(item, Done):
                 got.finals[index] = item
     return got
 
 
 class _Gathered:
-    __slots__ = ("finals", "ids", "texts")
+    __slots__ = ("extras", "finals", "ids", "texts")
 
     def __init__(self, n: int) -> None:
         self.texts: list[list[str]] = [[] for _ in range(n)]
         self.ids: list[list[int]] = [[] for _ in range(n)]
+        self.extras: list[list[Any]] = [[] for _ in range(n)]
         self.finals: list[Any] = [None] * n
 
 
@@ -523,10 +527,19 @@ async def _collect_openai(
         return got
     choices = []
     reasoning_tokens = None if plan.output is None or not plan.output.reasoning else 0
+    logprobs = _choice_logprobs(rt, plan)
+    prompt_logprobs = None
     for index, done in enumerate(got.finals):
         reason, stop_reason = api.finish_fields(done.finish_reason, eos)
         text = "".join(got.texts[index])
+        if plan.echo is not None:
+            text = plan.echo[index // plan.n] + text
         choice: dict[str, Any] = {"index": index}
+        lp = None
+        if logprobs is not None:
+            extras = [e for x in got.extras[index] for e in (x if isinstance(x, list) else [x])]
+            lp = logprobs[index].take(got.ids[index], extras)
+            prompt_logprobs = logprobs[index].prompt_logprobs
         if plan.route == "chat" and plan.output is not None:
             parsed = ChoiceOutput(plan.output, rt.tokenizer, plan.reasoning_fields)
             choice["message"] = parsed.message(text, got.ids[index])
@@ -539,20 +552,44 @@ async def _collect_openai(
         else:
             choice["text"] = text
         choice |= {
-            "logprobs": None,
+            "logprobs": lp,
             "finish_reason": reason,
             "stop_reason": stop_reason,
             "matched_stop": api.matched_stop(done.finish_reason),
         }
+        if prompt_logprobs is not None and plan.route != "chat":
+            choice["prompt_logprobs"] = prompt_logprobs
         choices.append(choice)
     prompt_tokens = plan.prompt_tokens
     completion_tokens = sum(done.completion_tokens for done in got.finals)
     reasoning = api.reasoning_count(sum(d.reasoning_tokens for d in got.finals), reasoning_tokens)
     cached = sum(done.cached_tokens for done in got.finals)
-    return 200, plan.openai_head(chunk=False) | {
+    body = plan.openai_head(chunk=False) | {
         "choices": choices,
         "usage": api.usage(prompt_tokens, completion_tokens, reasoning, cached_tokens=cached),
     }
+    if prompt_logprobs is not None and plan.route == "chat":
+        body["prompt_logprobs"] = prompt_logprobs  # vLLM: one prompt, at the top level
+    return 200, body
+
+
+def _choice_logprobs(rt: Runtime, plan: api.Plan) -> list[ChoiceLogprobs] | None:
+    """Per choice, its logprob shaper, when the request asked for logprobs."""
+    p = plan.params
+    if p.logprobs is None and p.prompt_logprobs is None:
+        return None
+    strings = TokenStrings(rt.tokenizer, as_ids=plan.return_tokens_as_token_ids)
+    return [
+        ChoiceLogprobs(
+            strings,
+            chat=plan.route == "chat",
+            top=p.logprobs,
+            prompt=plan.prompts[k // plan.n],
+            echo=plan.echo is not None,
+            prompt_top=p.prompt_logprobs if plan.prompt_logprobs else None,
+        )
+        for k in range(plan.choices)
+    ]
 
 
 class _Streamer:
@@ -597,6 +634,23 @@ class _OpenAIStreamer(_Streamer):
         if plan.route == "chat" and plan.output is not None:
             spec, fields = plan.output, plan.reasoning_fields
             self.parsed = [ChoiceOutput(spec, rt.tokenizer, fields) for _ in subs]
+        self.logprobs = _choice_logprobs(rt, plan)
+        # Choices whose first chunk is still to come (it carries the echoed prompt).
+        self.fresh = set(range(len(subs))) if (plan.echo or self.logprobs) else set()
+
+    def _extras(self, index: int, item: Any) -> tuple[str, dict[str, Any]]:
+        """The echoed prompt (first chunk only) and the logprob fields of an item's chunk."""
+        first = index in self.fresh
+        self.fresh.discard(index)
+        plan = self.plan
+        prefix = plan.echo[index // plan.n] if first and plan.echo is not None else ""
+        fields: dict[str, Any] = {}
+        if self.logprobs is not None:
+            shaper = self.logprobs[index]
+            fields["logprobs"] = shaper.take(item.token_ids, item.extras)
+            if first and shaper.prompt_logprobs is not None:
+                fields["prompt_logprobs"] = shaper.prompt_logprobs
+        return prefix, fields
 
     def head(self) -> bytes:
         if self.plan.route == "chat":
@@ -610,7 +664,9 @@ class _OpenAIStreamer(_Streamer):
         parsed = self.parsed
         for index, item in batch:
             if isinstance(item, Frame):
-                if parsed is not None:
+                if self.fresh or self.logprobs is not None:
+                    out.append(self._chunk(index, item))
+                elif parsed is not None:
                     delta = parsed[index].delta(item.text, item.token_ids)
                     if delta:
                         out.append(
@@ -626,6 +682,8 @@ class _OpenAIStreamer(_Streamer):
             self.completion_tokens += item.completion_tokens
             self.cached_tokens += item.cached_tokens
             self.reasoning_tokens += item.reasoning_tokens
+            prefix, fields = self._extras(index, item)
+            text = prefix + item.text
             if parsed is not None:
                 choice = parsed[index]
                 delta = choice.final(item.text, item.token_ids)
@@ -635,16 +693,19 @@ class _OpenAIStreamer(_Streamer):
                 out.append(
                     writer.final(
                         index,
-                        item.text,
+                        text,
                         item.finish_reason,
                         item.completion_tokens,
                         delta=delta,
                         reason=reason,
+                        extra=fields,
                     )
                 )
             else:
                 out.append(
-                    writer.final(index, item.text, item.finish_reason, item.completion_tokens)
+                    writer.final(
+                        index, text, item.finish_reason, item.completion_tokens, extra=fields
+                    )
                 )
             if not self.open:
                 plan = self.plan
@@ -663,6 +724,21 @@ class _OpenAIStreamer(_Streamer):
                     )
                 out.append(api.SSE_DONE)
         return b"".join(out)
+
+    def _chunk(self, index: int, item: Any) -> bytes:
+        """An intermediate chunk with the echoed prompt or logprobs (an empty delta when a
+        parser holds the text back: the logprobs still go out)."""
+        prefix, fields = self._extras(index, item)
+        text = prefix + item.text
+        parsed = self.parsed
+        if self.plan.route != "chat":
+            payload: dict[str, Any] = {"text": text}
+        elif parsed is not None:
+            payload = {"delta": parsed[index].delta(item.text, item.token_ids)}
+        else:
+            payload = {"delta": {"content": text} if text else {}}
+        payload |= {"logprobs": None, "finish_reason": None} | fields
+        return self.writer.chunk(index, payload, item.completion_tokens)
 
 
 def _delta_fields(delta: dict[str, Any]) -> dict[str, Any]:

@@ -48,6 +48,8 @@ class Features:
     tool_call_parser: str | None = None
     #: ``--enable-auto-tool-choice``: parse the model's own tool calls (``tool_choice: auto``).
     enable_auto_tool_choice: bool = False
+    #: ``--max-logprobs``: most top logprobs a request may ask for per token (vLLM's 20).
+    max_logprobs: int = 20
     #: Whether the engine constrains decoding (JSON schema, regex, grammar).
     structured_outputs: bool = False
     #: ``--chat-template``: replaces the tokenizer's template (the template text).
@@ -70,6 +72,8 @@ class Features:
             )
         if self.reasoning_field not in REASONING_FIELDS:
             raise ValueError(f"reasoning field must be one of {', '.join(REASONING_FIELDS)}")
+        if self.max_logprobs < 0:
+            raise ValueError("max logprobs must be at least 0")
         if self.chat_template_content_format not in CONTENT_FORMATS:
             raise ValueError(f"chat template content format must be one of {CONTENT_FORMATS}")
         if self.enable_auto_tool_choice and self.tool_call_parser is None:
@@ -211,6 +215,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     group = parser.add_argument_group("model output (reasoning, tool calls)")
     group.add_argument(
+        "--max-logprobs",
+        type=int,
+        default=20,
+        help="most top logprobs a request may ask for per token; more is a 400 "
+        "(default: %(default)s)",
+    )
+    group.add_argument(
         "--reasoning-parser",
         choices=sorted(REASONING_PARSERS),
         default=None,
@@ -242,6 +253,7 @@ def from_args(args: argparse.Namespace) -> Features:
     template = load_chat_template(args.chat_template) if args.chat_template else None
     return Features(
         reasoning_parser=args.reasoning_parser,
+        max_logprobs=args.max_logprobs,
         reasoning_field=args.reasoning_field,
         tool_call_parser=args.tool_call_parser,
         enable_auto_tool_choice=args.enable_auto_tool_choice,

@@ -1,0 +1,308 @@
+"""Log probabilities in responses: the engine's per-token numbers (the batch frame's logprob
+columns, decoded by the codec) shaped as OpenAI's completions and chat objects and SGLang's
+``meta_info`` lists, with token strings by vLLM's rules.
+
+A token's string is its own decoded text; a token that is only part of a UTF-8 character (a
+byte-level or byte-fallback piece) is written losslessly as ``bytes:\\xNN...`` (OpenAI's
+form), and its raw bytes are in ``bytes``; ``return_tokens_as_token_ids`` gives
+``token_id:N``. Streaming and not streaming shape the same rows the same way (text offsets carry
+over from chunk to chunk).
+"""
+
+from __future__ import annotations
+
+import codecs
+from collections.abc import Sequence
+from typing import Any
+
+from tokenwire.messages.errors import ValidationError
+from tokenwire.tokenizer import Tokenizer
+
+__all__ = [
+    "ChatLogprobs",
+    "ChoiceLogprobs",
+    "CompletionLogprobs",
+    "Row",
+    "TokenStrings",
+    "chat_logprobs_request",
+    "completion_logprobs_request",
+    "join",
+    "join_completion",
+    "rows_from_extras",
+    "vllm_prompt_logprobs",
+]
+
+#: One position: the chosen token id, its logprob, and the top ``(id, logprob)`` pairs.
+Row = tuple[int, float, list[tuple[int, float]]]
+
+
+class TokenStrings:
+    """Token ids as the strings and bytes logprob objects carry."""
+
+    def __init__(self, tok: Tokenizer, *, as_ids: bool = False) -> None:
+        self.tok = tok
+        self.as_ids = as_ids
+        self._table = tok.decode_table(False)
+        self._cache: dict[int, tuple[str, list[int]]] = {}
+
+    def get(self, token_id: int) -> tuple[str, list[int]]:
+        """``(token string, its bytes)``."""
+        hit = self._cache.get(token_id)
+        if hit is not None:
+            return hit
+        raw: bytes | None = None
+        table = self._table
+        if table is not None and 0 <= token_id < len(table.tok_bytes):
+            raw = table.tok_bytes[token_id]
+        if raw is None:
+            known = self.tok.is_known(token_id)
+            raw = self.tok.decode([token_id], False).encode("utf-8") if known else b""
+        try:
+            text = raw.decode("utf-8")
+        except UnicodeDecodeError:
+            text = "bytes:" + "".join(f"\\x{b:02x}" for b in raw)
+        if self.as_ids:
+            text = f"token_id:{token_id}"
+        out = (text, list(raw))
+        self._cache[token_id] = out
+        return out
+
+    def text(self, token_id: int) -> str:
+        return self.get(token_id)[0]
+
+
+def _families(extras: Any) -> list[dict[str, Any]]:
+    if extras is None:
+        return []
+    return list(extras) if isinstance(extras, list) else [extras]
+
+
+def rows_from_extras(extras: Any, kind: str = "out") -> list[Row]:
+    """Positions of an item's (possibly merged) extras: ``kind`` ``out`` for output tokens,
+    ``in`` for prompt tokens."""
+    rows: list[Row] = []
+    for fam in _families(extras):
+        lp = fam.get(f"{kind}_lp")
+        if lp is None:
+            continue
+        values = lp["values"].tolist()
+        ids = lp["ids"].tolist()
+        tops: list[list[tuple[int, float]]] = [[] for _ in values]
+        topk = fam.get(f"{kind}_topk")
+        if topk is not None:
+            tv = topk["values"].tolist()
+            ti = topk["ids"].tolist()
+            pos = 0
+            for k, n in enumerate(topk["poslens"].tolist()):
+                if k < len(tops):
+                    tops[k] = list(zip(ti[pos : pos + n], tv[pos : pos + n]))
+                pos += n
+        rows.extend(zip(ids, values, tops))
+    return rows
+
+
+def _lp(value: float) -> float:
+    """A logprob as JSON can carry it (vLLM clamps -inf to -9999)."""
+    return max(float(value), -9999.0)
+
+
+class CompletionLogprobs:
+    """``/v1/completions`` ``logprobs`` objects for one choice, chunk by chunk."""
+
+    def __init__(self, strings: TokenStrings, top: int) -> None:
+        self.strings = strings
+        self.top = top
+        self.offset = 0  # text offset (characters) where the next token's text starts
+        self._utf8 = codecs.getincrementaldecoder("utf-8")("replace")
+
+    def _advance(self, raw: list[int]) -> int:
+        """The offset of a token's text, and the offset moved past the characters it ends."""
+        at = self.offset
+        self.offset += len(self._utf8.decode(bytes(raw)))
+        return at
+
+    def shape(self, rows: Sequence[Row]) -> dict[str, Any]:
+        """The object for ``rows``."""
+        tokens: list[str] = []
+        token_logprobs: list[float | None] = []
+        top_logprobs: list[dict[str, float] | None] = []
+        offsets: list[int] = []
+        text = self.strings.text
+        for tid, lp, top in rows:
+            s, raw = self.strings.get(tid)
+            offsets.append(self._advance(raw))
+            tokens.append(s)
+            token_logprobs.append(_lp(lp))
+            entry = {text(t): _lp(v) for t, v in top[: self.top]}
+            entry.setdefault(s, _lp(lp))
+            top_logprobs.append(entry)
+        return {
+            "tokens": tokens,
+            "token_logprobs": token_logprobs,
+            "top_logprobs": top_logprobs,
+            "text_offset": offsets,
+        }
+
+    def first_prompt_token(self, token_id: int) -> dict[str, Any]:
+        """The prompt's first token under ``echo``: its string, no logprob."""
+        s, raw = self.strings.get(token_id)
+        out = {"tokens": [s], "token_logprobs": [None], "top_logprobs": [None]}
+        out["text_offset"] = [self._advance(raw)]
+        return out
+
+
+def join_completion(parts: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    """One completions ``logprobs`` object from several in order."""
+    out: dict[str, list] = {
+        "tokens": [],
+        "token_logprobs": [],
+        "top_logprobs": [],
+        "text_offset": [],
+    }
+    for p in parts:
+        for k in out:
+            out[k].extend(p[k])
+    return out
+
+
+class ChatLogprobs:
+    """Chat ``logprobs`` objects (``{"content": [...], "refusal": null}``) for one choice."""
+
+    def __init__(self, strings: TokenStrings, top: int) -> None:
+        self.strings = strings
+        self.top = top
+
+    def _entry(self, tid: int, lp: float) -> dict[str, Any]:
+        s, raw = self.strings.get(tid)
+        return {"token": s, "logprob": _lp(lp), "bytes": raw}
+
+    def shape(self, rows: Sequence[Row]) -> dict[str, Any]:
+        content = []
+        for tid, lp, top in rows:
+            entry = self._entry(tid, lp)
+            entry["top_logprobs"] = [self._entry(t, v) for t, v in top[: self.top]]
+            content.append(entry)
+        return {"content": content, "refusal": None}
+
+
+# ---- request fields ------------------------------------------------------------------------------
+
+
+def _count(body: Any, key: str, limit: int) -> int | None:
+    value = body.get(key)
+    if value is None:
+        return None
+    if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+        raise ValidationError(f"{key} must be a non-negative integer, got {value!r}", param=key)
+    if value > limit:
+        raise ValidationError(
+            f"{key}={value} is more than this server's max_logprobs ({limit}; "
+            "--max-logprobs raises it)",
+            param=key,
+        )
+    return value
+
+
+def completion_logprobs_request(
+    body: Any, max_logprobs: int
+) -> tuple[int | None, bool, int | None]:
+    """``/v1/completions``: ``(logprobs, echo, prompt_logprobs)`` (vLLM's ``prompt_logprobs``,
+    or ``logprobs`` for the echoed prompt)."""
+    top = _count(body, "logprobs", max_logprobs)
+    echo = body.get("echo")
+    if echo is not None and not isinstance(echo, bool):
+        raise ValidationError(f"echo must be a boolean, got {echo!r}", param="echo")
+    prompt = _count(body, "prompt_logprobs", max_logprobs)
+    if echo and top is not None and prompt is None:
+        prompt = top
+    return top, bool(echo), prompt
+
+
+def chat_logprobs_request(body: Any, max_logprobs: int) -> tuple[int | None, int | None]:
+    """``/v1/chat/completions``: ``(top count or None, prompt_logprobs)`` from ``logprobs``
+    (a boolean) and ``top_logprobs``."""
+    flag = body.get("logprobs")
+    if flag is not None and not isinstance(flag, bool):
+        raise ValidationError(f"logprobs must be a boolean, got {flag!r}", param="logprobs")
+    top = _count(body, "top_logprobs", max_logprobs)
+    if top and not flag:
+        raise ValidationError("top_logprobs needs logprobs: true", param="top_logprobs")
+    prompt = _count(body, "prompt_logprobs", max_logprobs)
+    return ((top or 0) if flag else None), prompt
+
+
+# ---- one choice ----------------------------------------------------------------------------------
+
+
+def vllm_prompt_logprobs(strings: TokenStrings, prompt: Sequence[int], rows: Sequence[Row]) -> list:
+    """vLLM's ``prompt_logprobs``: None for the first prompt token, then per token a map from
+    token id to ``{"logprob", "rank", "decoded_token"}`` (the prompt token and the top ones; a
+    rank is None where the engine did not say)."""
+    out: list[Any] = [None]
+    for tid, lp, top in rows:
+        entry: dict[str, Any] = {}
+        for k, (t, v) in enumerate(top):
+            entry[str(t)] = {"logprob": _lp(v), "rank": k + 1, "decoded_token": strings.text(t)}
+        if str(tid) not in entry:
+            entry = {
+                str(tid): {"logprob": _lp(lp), "rank": None, "decoded_token": strings.text(tid)}
+            } | entry
+        out.append(entry)
+    return out[: len(prompt)]
+
+
+class ChoiceLogprobs:
+    """One choice's logprobs, item by item: ``take`` gives the ``logprobs`` field for an item's
+    tokens (the echoed prompt's first, under completions' ``echo``), and keeps vLLM's
+    ``prompt_logprobs`` when the request asked for them."""
+
+    def __init__(
+        self,
+        strings: TokenStrings,
+        *,
+        chat: bool,
+        top: int | None,
+        prompt: Sequence[int],
+        echo: bool = False,
+        prompt_top: int | None = None,
+    ) -> None:
+        self.top = top
+        self.echo = echo and top is not None
+        self.want_prompt = prompt_top is not None
+        self.prompt = prompt
+        self.strings = strings
+        self._shaper: Any = (
+            ChatLogprobs(strings, top or 0) if chat else CompletionLogprobs(strings, top or 0)
+        )
+        self._first = True
+        #: vLLM's ``prompt_logprobs`` (None until the engine sent them, or not asked for).
+        self.prompt_logprobs: list | None = None
+
+    def take(self, token_ids: Sequence[int], extras: Any) -> dict[str, Any] | None:
+        """The ``logprobs`` field for an item (None when the request asked for none)."""
+        first, self._first = self._first, False
+        if first and self.want_prompt:
+            rows = rows_from_extras(extras, "in")
+            self.prompt_logprobs = vllm_prompt_logprobs(self.strings, self.prompt, rows)
+        if self.top is None:
+            return None
+        rows = rows_from_extras(extras, "out")[: len(token_ids)]
+        shaper = self._shaper
+        if isinstance(shaper, ChatLogprobs):
+            return shaper.shape(rows)
+        parts = []
+        if first and self.echo and self.prompt:
+            parts.append(shaper.first_prompt_token(self.prompt[0]))
+            parts.append(shaper.shape(rows_from_extras(extras, "in")))
+        parts.append(shaper.shape(rows))
+        return parts[0] if len(parts) == 1 else join_completion(parts)
+
+
+def join(values: Sequence[dict[str, Any] | None], *, chat: bool) -> dict[str, Any] | None:
+    """Several items' ``logprobs`` fields as one (a non-streamed response's)."""
+    present = [v for v in values if v is not None]
+    if not present:
+        return None
+    if chat:
+        return {"content": [c for v in present for c in v["content"]], "refusal": None}
+    return join_completion(present)
