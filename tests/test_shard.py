@@ -201,7 +201,8 @@ def test_decode_error_ends_only_that_request():
 
 def test_malformed_frame_and_unknown_rids():
     tok = byte_tokenizer()
-    shard = DetokShard()
+    aborted: list[str] = []
+    shard = DetokShard(aborted.append)
     sink = EgressSink()
     shard.register("a", sink, tok, [], SamplingParams().normalize(tok))
     shard.on_frame(frame([("ghost", b("x"), None)]))  # late chunk for an unknown rid: dropped
@@ -213,6 +214,9 @@ def test_malformed_frame_and_unknown_rids():
     assert isinstance(item, Error)
     assert str(item.error) == "internal error: malformed engine output frame"
     assert len(shard) == 0
+    # The request is ended in the engine too (no zombie decoding outside the concurrency limit);
+    # a rid the shard does not know is not its to abort.
+    assert aborted == ["a"]
 
 
 def test_backpressure_merges_and_delivers_everything():

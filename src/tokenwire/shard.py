@@ -340,8 +340,11 @@ class DetokShard:
     def on_frame(self, decoded: Decoded) -> None:
         """Process one decoded batch frame."""
         if not decoded.ok:
+            # The engine still runs these requests: end them there as well as here.
             for rid in decoded.rids:
-                self.fail(rid, InternalError(MALFORMED_FRAME))
+                if rid in self._reqs:
+                    self.fail(rid, InternalError(MALFORMED_FRAME))
+                    self._engine_abort(rid)
             return
         rids = decoded.rids
         n = len(rids)
