@@ -177,7 +177,8 @@ def test_generate_parsing(tok):
     plan = api.parse_generate({"input_ids": [[1, 2], [3]], "rid": ["a", "b"]}, tok, "m")
     assert plan.batch and plan.prompts == [[1, 2], [3]]
     plan = api.parse_generate({"text": "x", "sampling_params": {"max_new_tokens": None}}, tok, "m")
-    assert plan.params.max_new_tokens is None
+    # "no limit" is the context length left after the prompt
+    assert plan.params.max_new_tokens == tok.max_model_len - len(plan.prompts[0])
     with pytest.raises(ValidationError, match="unknown sampling parameter 'temprature'"):
         api.parse_generate({"text": "x", "sampling_params": {"temprature": 1}}, tok, "m")
     with pytest.raises(ValidationError, match="exactly one of"):
@@ -335,6 +336,21 @@ def test_replay_reads_as_text_and_ends_with_eos(tok):
     assert fins["r"] == {"type": "stop", "matched": tok.eos_token_ids[0]}
     text = tok.decode(per["r"])
     assert len(text) > 10 and "\ufffd" not in text
+
+
+def test_replay_with_ignore_eos_keeps_emitting_text(tok):
+    frames, _ = run_engine(
+        tok,
+        SyntheticConfig(output="replay"),
+        [req("r", [1], max_new_tokens=3000, sampling_seed=3, ignore_eos=True)],
+    )
+    per, fins = outputs(frames)
+    assert fins["r"]["type"] == "length" and len(per["r"]) == 3000
+    eos = set(tok.eos_token_ids)
+    # One EOS where each passage ends, then the next passage: text, not EOS forever.
+    assert sum(t in eos for t in per["r"]) < 3000 / 20
+    text = tok.decode(per["r"])
+    assert len(text) > 3000
 
 
 def test_faults(tok):

@@ -372,11 +372,12 @@ class SyntheticEngine:
                 return None, True
             if out == "random":
                 seq.source = src = self._random_block(seq)
-            else:  # replay: the passage is over
-                if self.config.replay_eos and self._eos is not None:
-                    return self._eos, False
+            else:  # replay: the passage is over; the next one follows should output go on
                 assert self._passages is not None
                 seq.source = src = self._passages[int(seq.uniform() * len(self._passages))]
+                seq.cursor = 0
+                if self.config.replay_eos and self._eos is not None:
+                    return self._eos, False  # (ignore_eos, min_new_tokens: text again next)
             seq.cursor = 0
         tok = src[seq.cursor]
         seq.cursor += 1

@@ -673,15 +673,22 @@ def parse_generate(
         sp = sp[0]
     check_grammar_params(sp, supported=features.structured_outputs)
     params = SamplingParams.from_dict(sp)
-    if params.max_new_tokens is not None:
-        limit = tok.max_model_len
-        longest = max(len(p) for p in prompts)
-        if limit and longest + params.max_new_tokens > limit:
-            raise ValidationError(
-                f"prompt ({longest} tokens) plus max_new_tokens ({params.max_new_tokens}) is "
-                f"over the context length {limit}",
-                param="max_new_tokens",
-            )
+    limit = tok.max_model_len
+    longest = max(len(p) for p in prompts)
+    if limit and longest >= limit:
+        raise ValidationError(
+            f"the prompt ({longest} tokens) leaves no room in the context length {limit}",
+            param=field_name,
+        )
+    if params.max_new_tokens is None:
+        # ``max_new_tokens: null`` means "no limit": the context length is the limit.
+        params.max_new_tokens = (limit - longest) if limit else None
+    elif limit and longest + params.max_new_tokens > limit:
+        raise ValidationError(
+            f"prompt ({longest} tokens) plus max_new_tokens ({params.max_new_tokens}) is "
+            f"over the context length {limit}",
+            param="max_new_tokens",
+        )
     params.normalize(tok, max_stop_str_len=limits.max_stop_str_len)
     params.verify(tok.model_vocab_size)
     rids = body.get("rid")
