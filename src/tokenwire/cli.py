@@ -257,9 +257,11 @@ def _serve(args: argparse.Namespace) -> int:
         name = args.served_model_name or DEFAULT_TOKENIZER_NAME
     if args.max_model_len is not None:
         tok.max_model_len = args.max_model_len
-    engine = (
-        _vllm_engine(args, tok) if args.engine == "vllm" else SyntheticEngine(tok, _synthetic(args))
-    )
+    holder: dict[str, Any] = {}
+    if args.engine == "vllm":
+        engine = _vllm_engine(args, tok, holder)
+    else:
+        engine = SyntheticEngine(tok, _synthetic(args))
     app = create_app(
         tok,
         engine,
@@ -284,7 +286,7 @@ def _serve(args: argparse.Namespace) -> int:
         access_log=False,  # tokenwire's own, with durations
         timeout_graceful_shutdown=5,
     )
-    _run_server(config, banner, started_at)
+    _run_server(config, banner, started_at, holder)
     return 0
 
 
@@ -301,7 +303,7 @@ def _synthetic(args: argparse.Namespace) -> Any:
     )
 
 
-def _vllm_engine(args: argparse.Namespace, tok: Any) -> Any:
+def _vllm_engine(args: argparse.Namespace, tok: Any, holder: dict[str, Any]) -> Any:
     """The vLLM engine of ``serve --engine vllm``: spawned (``--model``) or attached
     (``--handshake-address``)."""
     from tokenwire.engine.vllm import VllmEngine, VllmEngineConfig
@@ -339,6 +341,8 @@ def _vllm_engine(args: argparse.Namespace, tok: Any) -> Any:
             ready_timeout=args.engine_start_timeout,
             launcher=launcher,
             progress=progress,
+            # SIGTERM/SIGINT while the engines start (minutes) stop the startup at once.
+            should_stop=lambda: bool(getattr(holder.get("server"), "should_exit", False)),
         ),
     )
 
@@ -362,8 +366,11 @@ def _mock_engine(args: argparse.Namespace) -> int:
     return 0
 
 
-def _run_server(config: Any, banner: str, started_at: float) -> None:
-    """Run uvicorn, printing ``banner`` only once the socket accepts connections."""
+def _run_server(
+    config: Any, banner: str, started_at: float, holder: dict[str, Any] | None = None
+) -> None:
+    """Run uvicorn, printing ``banner`` only once the socket accepts connections (the server goes
+    into ``holder["server"]``, for whoever must know that it is asked to stop)."""
     import uvicorn
 
     class Server(uvicorn.Server):
@@ -373,7 +380,10 @@ def _run_server(config: Any, banner: str, started_at: float) -> None:
                 took = time.perf_counter() - started_at
                 print(f"{banner} (ready in {took:.1f}s)", flush=True)
 
-    Server(config).run()
+    server = Server(config)
+    if holder is not None:
+        holder["server"] = server
+    server.run()
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -459,9 +459,7 @@ def _admit(pattern: str) -> StopRegex:
         raise ValidationError(
             f"stop_regex {pattern!r} cannot be compiled: {detail}", param="stop_regex"
         ) from None
-    return StopRegex(
-        pattern, _max_len(parsed), re2_pattern, compiled, inner_compiled, bool(before)
-    )
+    return StopRegex(pattern, _max_len(parsed), re2_pattern, compiled, inner_compiled, bool(before))
 
 
 # ---- the admission cache -------------------------------------------------------------------------

@@ -69,6 +69,8 @@ class VllmEngineConfig:
     launcher: VllmLauncher | None = None
     #: Called with a progress line while waiting for the engines.
     progress: Callable[[str], None] | None = None
+    #: Polled while waiting for the engines: True gives the startup up (the server is stopping).
+    should_stop: Callable[[], bool] | None = None
 
 
 @dataclass
@@ -367,6 +369,8 @@ class VllmEngine:
             self._output(encode_error_frame(rid, "malformed engine output"))
 
     def _check_launcher(self) -> None:
+        if self.config.should_stop is not None and self.config.should_stop():
+            raise RuntimeError("startup interrupted: the server is stopping")
         launcher = self.config.launcher
         if launcher is not None and launcher.returncode is not None:
             raise RuntimeError(launcher.failure_message())
