@@ -118,7 +118,10 @@ def _expected(req: dict, ids: list[int]) -> tuple[str, int]:
     stops = body.get("stop") or sp.get("stop") or []
     stops = [stops] if isinstance(stops, str) else stops
     cut = min((text.find(s) for s in stops if s in text), default=-1)
-    return (text[:cut] if cut >= 0 else text), k
+    text = text[:cut] if cut >= 0 else text
+    if body.get("echo"):  # lm-eval's loglikelihood: the prompt comes back in front
+        text = tok.decode(ids) + text
+    return text, k
 
 
 # ---- reading the answer --------------------------------------------------------------------------
@@ -191,6 +194,10 @@ def test_a_real_clients_request_gets_the_right_answer(url, req):
         total += k
         if index not in calls:  # a parsed tool call replaces text by design
             assert text == want, (index, text, want)
+    if req["body"].get("logprobs") and not req["body"].get("stream"):
+        for ch in resp.json()["choices"]:  # one logprob entry per token (echoed prompt too)
+            want = len(prompts[0]) * bool(req["body"].get("echo")) + total
+            assert len(ch["logprobs"]["tokens"]) == want
     if usages:
         assert usages[-1]["prompt_tokens"] == sum(len(p) for p in prompts)
         assert usages[-1]["completion_tokens"] == total
