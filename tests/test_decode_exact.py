@@ -11,10 +11,11 @@ from functools import cache
 from pathlib import Path
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 from tokenwire import DecodeBatch, DecodeStream, Tokenizer
+from tokenwire.detok.tables import _bytes_to_unicode
 
 from conftest import ALL_NAMES, GENERIC_ONLY, PATH_CASES, examples, real_tokenizer
 from helpers import FFFD, stream_all
@@ -75,6 +76,10 @@ def check_exact(tok: Tokenizer, prompt: list[int], gen: list[int], skip: bool, f
         # whole, and no prompt text is emitted again.
         assert full.endswith(out), (out, full)
         assert len(full) - len(out) >= len(head.rstrip(FFFD))
+        if not fast and tok.decode_table(skip) is not None:
+            # Both paths agree on what the prompt owns (the fast one works on bytes).
+            fast_pieces, fast_tail, _ = stream_all(tok, prompt, gen, skip=skip, fast=True)
+            assert out == "".join(fast_pieces) + fast_tail
         return
     assert out == full[len(head) :]
 
@@ -215,3 +220,52 @@ def test_batch_ragged_and_errors(fast):
     assert slot_c == a  # reused
     texts, errors = batch.step([slot_c], [bad])
     assert texts == [""] and 0 in errors
+
+
+def _byte_ids(tok: Tokenizer) -> list[int] | None:
+    """The id of each single-byte token (byte fallback ``<0xNN>`` or byte-level), or None."""
+    fallback = [tok.token_to_id(f"<0x{v:02X}>") for v in range(256)]
+    if all(i is not None for i in fallback):
+        return fallback  # type: ignore[return-value]
+    chars = _bytes_to_unicode()
+    level = [tok.token_to_id(chars[v]) for v in range(256)]
+    return level if all(i is not None for i in level) else None  # type: ignore[return-value]
+
+
+#: Tokenizers with single-byte tokens, so a prompt can end inside a character (not WordPiece).
+BYTE_CASES = [c for c in PATH_CASES if c.values[0] not in GENERIC_ONLY]
+
+
+@pytest.mark.parametrize(("name", "fast"), BYTE_CASES)
+def test_prompt_ending_mid_character_is_never_re_emitted(name, fast):
+    """A prompt whose last byte tokens are ASCII bytes, then the first bytes of a character:
+    generation completes the character, which comes out whole, and nothing of the prompt again
+    (on the generic path too, where byte fallback decodes such a run as U+FFFD throughout)."""
+    tok = real_tokenizer(name)
+    byte_ids = _byte_ids(tok)
+    assert byte_ids is not None, f"{name} has no single-byte tokens"
+    ids = corpus_ids(name)
+
+    @settings(max_examples=examples(60), suppress_health_check=list(HealthCheck))
+    @given(
+        st.integers(0, len(ids) - 80),
+        st.integers(0, 30),
+        st.text(alphabet="ABz 1.", max_size=3),
+        st.sampled_from(["你", "é", "👋", "€", "ψ", "漢"]),
+        st.data(),
+    )
+    def run(a, length, ascii_run, char, data):
+        raw = char.encode("utf-8")
+        cut = data.draw(st.integers(1, len(raw) - 1))
+        b = a + length
+        head = list(ids[a:b]) + [byte_ids[v] for v in ascii_run.encode()]
+        prompt = head + [byte_ids[v] for v in raw[:cut]]
+        gen = [byte_ids[v] for v in raw[cut:]] + list(ids[b : b + data.draw(st.integers(0, 20))])
+        through_char = tok.decode(head + [byte_ids[v] for v in raw])
+        full = tok.decode(prompt + gen)
+        assume(through_char.endswith(char) and full.startswith(through_char))
+        pieces, tail, _ = stream_all(tok, prompt, gen, fast=fast)
+        out = "".join(pieces) + tail
+        assert out == full[len(through_char) - len(char) :], (prompt, gen)
+
+    run()

@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import copy
+
 import pytest
 
 from tokenwire import DecodeError, DecodeStream, Tokenizer
 from tokenwire.detok.stream import _MAX_WINDOW, MAX_HOLD_TOKENS
 from tokenwire.detok.tables import _bytes_to_unicode
 
-from conftest import real_tokenizer
+from conftest import PATH_CASES, real_tokenizer
 from helpers import BYTE_EOS, BYTE_TOOL, FFFD, b, byte_tokenizer, expected_delta, stream_all
 
 PATHS = [pytest.param(True, id="fast"), pytest.param(False, id="generic")]
@@ -303,3 +305,22 @@ def test_llama2_leading_space_strip(fast):
     # Special tokens kept: "<s>" is text, so nothing is stripped from the generation.
     pieces, tail, _ = stream_all(tok, [tok.bos_token_id], gen, skip=False, fast=fast)
     assert "".join(pieces) + tail == expected_delta(tok, [tok.bos_token_id], gen, False)
+
+
+@pytest.mark.parametrize(("name", "fast"), PATH_CASES)
+@pytest.mark.parametrize("fork_at", [0, 1, 3])
+def test_copy_forks_an_independent_stream(name, fast, fork_at):
+    tok = real_tokenizer(name)
+    if fast and tok.decode_table(True) is None:
+        pytest.skip(f"{name} has no fast table")
+    prompt = tok.encode("Translate: 你好", add_special_tokens=False)
+    first = tok.encode(" 世界 and more 👋🏽 text", add_special_tokens=False)
+    second = tok.encode(" ünïcödé, then 漢字!", add_special_tokens=False)
+    common = first[:fork_at]
+    stream = DecodeStream(tok, prompt, fast=fast)
+    head = "".join(stream.push_token(t) for t in common)
+    forks = [copy.copy(stream), copy.deepcopy(stream), stream]
+    for fork, rest in zip(forks, (first[fork_at:], second[fork_at:], second[fork_at:])):
+        text = head + "".join(fork.push_token(t) for t in rest) + fork.flush()
+        assert text == expected_delta(tok, prompt, common + rest, True), (name, fast)
+        assert fork.output == text

@@ -118,6 +118,22 @@ class DecodeStream:
 
     # ---- public API ------------------------------------------------------------------------------
 
+    def __copy__(self) -> DecodeStream:
+        """An independent stream in the same state, sharing only the tokenizer and its tables (as
+        HF's ``DecodeStream`` allows): fork a stream, e.g. for ``n`` choices of one prompt."""
+        cls = type(self)
+        new = cls.__new__(cls)
+        for name in DecodeStream.__slots__:
+            setattr(new, name, getattr(self, name))
+        new._parts = list(self._parts)
+        new._prompt = list(self._prompt)
+        new._ids = new._prompt if self._ids is self._prompt else list(self._ids)
+        return new
+
+    def __deepcopy__(self, memo: dict[int, Any]) -> DecodeStream:
+        """Same as ``copy.copy``: the state is copied, the tokenizer (read-only) is shared."""
+        return self.__copy__()
+
     @property
     def fast(self) -> bool:
         """Whether this stream uses the precomputed tables."""
@@ -447,12 +463,11 @@ class DecodeStream:
         if new is None:
             new = decode(ids[self._start :])
         text = self._text
+        completed = False  # the prompt's unfinished character, now complete
         if not new.startswith(text) and self._ctx_tail:
-            # The prompt's partial character was completed: back off over its U+FFFD.
-            for j in range(1, self._ctx_tail + 1):
-                if new.startswith(text[:-j]):
-                    text = text[:-j]
-                    break
+            # The prompt's partial character was completed: back off to the text the prompt owns.
+            text = self._prompt_owned(new, text)
+            completed = True
         if not new.startswith(text):
             # Non-monotonic decode (e.g. a byte-fallback run turned invalid): the text already
             # emitted stays as it is; continue from the unread tokens alone.
@@ -478,8 +493,12 @@ class DecodeStream:
         # Slide: the tokens just consumed become the window's left context.
         start = self._read
         chunk = ids[start:]
-        ctx = g.single[chunk[0]] if len(chunk) == 1 else decode(chunk)
-        if ctx.endswith(held):
+        ctx = "" if completed else g.single[chunk[0]] if len(chunk) == 1 else decode(chunk)
+        if completed:
+            # The character began in the prompt: the window keeps its start this once (the
+            # tokens consumed alone may not decode as they did with the prompt's bytes).
+            self._text = new[:end]
+        elif ctx.endswith(held):
             self._start = start
             self._text = ctx[: len(ctx) - len(held)]
         elif n - self._start > _MAX_WINDOW:
@@ -494,6 +513,29 @@ class DecodeStream:
         if self._start > _TRIM_AT:
             self._trim()
         return delta
+
+    def _prompt_owned(self, new: str, text: str) -> str:
+        """The longest prompt text that ``new`` (the window's decode, the prompt's unfinished
+        character now completed) still starts with (``text`` if none): the prompt's text less
+        some of its trailing U+FFFD, or the decode of the prompt context less its last tokens.
+        (With byte fallback, a run of byte tokens that does not decode is U+FFFD throughout, its
+        valid bytes too: ``<0x41><0xE4><0xBD>`` decodes as three of them, then as ``A你``.)"""
+        g = self._g
+        assert g is not None
+        best: str | None = None
+        for j in range(1, self._ctx_tail + 1):
+            if new.startswith(text[:-j]):
+                best = text[:-j]
+                break
+        ctx = self._ids[self._start : self._read]
+        for k in range(1, min(len(ctx), MAX_HOLD_TOKENS) + 1):
+            head = g.window(ctx[:-k])
+            if best is not None and len(head) <= len(best):
+                break
+            if new.startswith(head):
+                best = head
+                break
+        return text if best is None else best
 
     def _trim(self) -> None:
         """Drop consumed ids before the window from the id list."""
