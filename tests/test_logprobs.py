@@ -211,3 +211,43 @@ def test_tokens_as_token_ids_and_vllm_prompt_logprobs(echo) -> None:
         assert str(tid) in entry and len(entry) in (2, 3)
         ranked = [e for e in entry.values() if e["rank"] is not None]
         assert sorted(e["rank"] for e in ranked) == [1, 2]
+
+
+def test_generate_logprobs_sglang_shapes(echo) -> None:
+    ids = echo.tok.encode(PROMPT)
+    body = {
+        "text": PROMPT,
+        "sampling_params": {"max_new_tokens": 4, "temperature": 0, "sampling_seed": 5},
+        "return_logprob": True,
+        "top_logprobs_num": 2,
+        "logprob_start_len": 0,
+        "return_text_in_logprobs": True,
+    }
+    r = httpx.post(echo.url + "/generate", json=body)
+    assert r.status_code == 200, r.text
+    meta = r.json()["meta_info"]
+    inp, out = meta["input_token_logprobs"], meta["output_token_logprobs"]
+    assert [t[1] for t in inp] == ids and inp[0][0] is None and inp[0][2] == "Hello"
+    assert [t[1] for t in out] == ids[:4]
+    for (lp, tid, _), top in zip(out, meta["output_top_logprobs"]):
+        assert len(top) == 2 and top[0][1] == tid and top[0][0] == lp  # greedy: the top one
+    assert meta["input_top_logprobs"][0] is None and len(meta["input_top_logprobs"]) == len(ids)
+    # The default logprob_start_len (-1): only the last prompt token; no text unless asked.
+    r = httpx.post(
+        echo.url + "/generate",
+        json=body
+        | {"logprob_start_len": -1, "top_logprobs_num": 0, "return_text_in_logprobs": False},
+    )
+    meta = r.json()["meta_info"]
+    assert [t[1] for t in meta["input_token_logprobs"]] == ids[-1:]
+    assert meta["output_token_logprobs"][0][2] is None and "output_top_logprobs" not in meta
+    # Streamed: cumulative, ending with the non-streamed lists.
+    with httpx.stream("POST", echo.url + "/generate", json=body | {"stream": True}) as resp:
+        lines = [ln[6:] for ln in resp.read().decode().split("\n") if ln.startswith("data: {")]
+    last = json.loads(lines[-1])["meta_info"]
+    r = httpx.post(echo.url + "/generate", json=body)
+    whole = r.json()["meta_info"]
+    for key in ("input_token_logprobs", "output_token_logprobs", "output_top_logprobs"):
+        assert last[key] == whole[key]
+    r = httpx.post(echo.url + "/generate", json=body | {"top_logprobs_num": 21})
+    assert r.status_code == 400 and r.json()["error"]["param"] == "top_logprobs_num"

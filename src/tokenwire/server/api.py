@@ -17,13 +17,17 @@ from typing import Any
 
 import msgspec
 
-from tokenwire.messages.errors import ModelNotFoundError, TokenwireError, ValidationError, quote
+from tokenwire.messages.errors import ModelNotFoundError, TokenwireError, ValidationError
 from tokenwire.messages.finish_reason import FinishReason
 from tokenwire.messages.sampling import DEFAULT_MAX_STOP_STR_LEN, SamplingParams
 from tokenwire.parsers.output import OutputSpec
 from tokenwire.server.chat import check_tools, normalize_messages, render_chat, template_roles
 from tokenwire.server.features import DEFAULT_FEATURES, Features, forced_schema, output_spec
-from tokenwire.server.logprobs import chat_logprobs_request, completion_logprobs_request
+from tokenwire.server.logprobs import (
+    chat_logprobs_request,
+    completion_logprobs_request,
+    generate_logprobs_request,
+)
 from tokenwire.server.structured import (
     STRUCTURED_FIELDS,
     check_grammar_params,
@@ -77,6 +81,9 @@ class Plan:
     return_tokens_as_token_ids: bool = False
     #: Completions ``echo``: each prompt's text, given back before its output.
     echo: list[str] | None = None
+    #: ``/generate`` ``return_logprob``: ``(logprob_start_len, top_logprobs_num,
+    #: return_text_in_logprobs)``.
+    sglang_logprobs: tuple[int, int, bool] | None = None
     #: vLLM's ``prompt_logprobs`` was asked for (the response carries them).
     prompt_logprobs: bool = False
     #: Chat: how outputs are parsed (reasoning, tool calls), None for plain text.
@@ -631,7 +638,7 @@ def parse_generate(
     if not isinstance(body, dict):
         raise ValidationError("the request body must be a JSON object", param=None)
     warn_unknown_fields(body, _GENERATE_KEYS)
-    for key in ("return_logprob", "image_data", "lora_path"):
+    for key in ("image_data", "lora_path"):
         if body.get(key):
             raise ValidationError(f"{key} is not supported by this server", param=key)
     has_text = body.get("text") is not None
@@ -653,7 +660,7 @@ def parse_generate(
         raise ValidationError(
             "input_ids must be a list of token ids or a list of such lists", param="input_ids"
         )
-    _check_logprob_fields(body)
+    sglang_lp = generate_logprobs_request(body, features.max_logprobs)
     prompts = _prompt_ids(value, tok, field_name, add_special=True)
     _check_choices(len(prompts))
     stream = body.get("stream", False)
@@ -691,6 +698,8 @@ def parse_generate(
         )
     params.normalize(tok, max_stop_str_len=limits.max_stop_str_len)
     params.verify(tok.model_vocab_size)
+    if sglang_lp is not None:
+        params.logprobs = params.prompt_logprobs = sglang_lp[1]
     rids = body.get("rid")
     if rids is not None:
         rid_list = [rids] if isinstance(rids, str) else rids
@@ -720,27 +729,10 @@ def parse_generate(
         rids=rids,
         batch=bool(batch),
         priority=priority or 0,
+        sglang_logprobs=(
+            None if sglang_lp is None else (*sglang_lp, body.get("return_text_in_logprobs") is True)
+        ),
     )
-
-
-def _check_logprob_fields(body: Mapping[str, Any]) -> None:
-    """SGLang's logprob options: type-checked, and refused past their defaults (this server does
-    not return logprobs, so asking for them is an error rather than silently ignored)."""
-    for key, default in (("logprob_start_len", -1), ("top_logprobs_num", 0)):
-        value = body.get(key)
-        if value is None:
-            continue
-        if not _is_int(value):
-            raise ValidationError(f"{key} must be an integer, got {quote(value)}", param=key)
-        if value != default:
-            raise ValidationError(
-                f"{key}={value} is not supported by this server (no logprobs)", param=key
-            )
-    value = body.get("return_text_in_logprobs")
-    if value is not None and not isinstance(value, bool):
-        raise ValidationError(
-            "return_text_in_logprobs must be a boolean", param="return_text_in_logprobs"
-        )
 
 
 def _check_choices(count: int) -> None:

@@ -33,7 +33,7 @@ from tokenwire.runtime import Runtime, ServerConfig
 from tokenwire.server import access_log, api, utility
 from tokenwire.server.chat_output import ChoiceOutput
 from tokenwire.server.guard import guarded
-from tokenwire.server.logprobs import ChoiceLogprobs, TokenStrings
+from tokenwire.server.logprobs import ChoiceLogprobs, GenerateLogprobs, TokenStrings
 from tokenwire.server.metrics import Metrics
 from tokenwire.tokenizer import Tokenizer
 
@@ -753,7 +753,22 @@ async def _collect_generate(rt: Runtime, plan: api.Plan, subs: Subs) -> tuple[in
         _generate_body(rid, "".join(got.texts[k]), got.ids[k], got.finals[k], len(plan.prompts[p]))
         for k, (rid, p, _) in enumerate(subs)
     ]
+    shapers = _generate_logprobs(rt, plan, subs)
+    if shapers is not None:
+        for k, body in enumerate(out):
+            extras = [e for x in got.extras[k] for e in (x if isinstance(x, list) else [x])]
+            shapers[k].take(got.ids[k], extras)
+            body["meta_info"] |= shapers[k].meta()
     return 200, (out if plan.batch else out[0])
+
+
+def _generate_logprobs(rt: Runtime, plan: api.Plan, subs: Subs) -> list[GenerateLogprobs] | None:
+    """Per request of a ``/generate`` call, its logprob lists, when ``return_logprob``."""
+    if plan.sglang_logprobs is None:
+        return None
+    start, top, with_text = plan.sglang_logprobs
+    strings = TokenStrings(rt.tokenizer)
+    return [GenerateLogprobs(strings, plan.prompts[p], start, top, with_text) for _, p, _ in subs]
 
 
 def _generate_body(rid: str, text: str, ids: list[int], final: Any, prompt_tokens: int) -> dict:
@@ -781,6 +796,7 @@ class _GenerateStreamer(_Streamer):
         self.plan = plan
         self.texts = ["" for _ in subs]
         self.ids: list[list[int]] = [[] for _ in subs]
+        self.logprobs = _generate_logprobs(rt, plan, subs)
 
     def feed(self, batch: list[tuple[int, Any]]) -> bytes:
         self.tracker.chunk()
@@ -796,6 +812,9 @@ class _GenerateStreamer(_Streamer):
             body = _generate_body(
                 rid, self.texts[index], self.ids[index], final, len(self.plan.prompts[p])
             )
+            if self.logprobs is not None:
+                self.logprobs[index].take(item.token_ids, item.extras)
+                body["meta_info"] |= self.logprobs[index].meta()
             if final is None:
                 body["meta_info"]["completion_tokens"] = item.completion_tokens
             else:

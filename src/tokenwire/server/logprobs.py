@@ -22,10 +22,12 @@ __all__ = [
     "ChatLogprobs",
     "ChoiceLogprobs",
     "CompletionLogprobs",
+    "GenerateLogprobs",
     "Row",
     "TokenStrings",
     "chat_logprobs_request",
     "completion_logprobs_request",
+    "generate_logprobs_request",
     "join",
     "join_completion",
     "rows_from_extras",
@@ -306,3 +308,78 @@ def join(values: Sequence[dict[str, Any] | None], *, chat: bool) -> dict[str, An
     if chat:
         return {"content": [c for v in present for c in v["content"]], "refusal": None}
     return join_completion(present)
+
+
+# ---- SGLang's /generate --------------------------------------------------------------------------
+
+
+def generate_logprobs_request(body: Any, max_logprobs: int) -> tuple[int, int] | None:
+    """``/generate``: ``(logprob_start_len, top_logprobs_num)`` when ``return_logprob``, else
+    None (the other fields are still checked)."""
+    flag = body.get("return_logprob")
+    if flag is not None and not isinstance(flag, bool):
+        raise ValidationError("return_logprob must be a boolean", param="return_logprob")
+    start = body.get("logprob_start_len")
+    if start is None:
+        start = -1
+    if not isinstance(start, int) or isinstance(start, bool) or start < -1:
+        raise ValidationError(
+            f"logprob_start_len must be an integer >= -1, got {start!r}", param="logprob_start_len"
+        )
+    top = _count(body, "top_logprobs_num", max_logprobs) or 0
+    text = body.get("return_text_in_logprobs")
+    if text is not None and not isinstance(text, bool):
+        raise ValidationError(
+            "return_text_in_logprobs must be a boolean", param="return_text_in_logprobs"
+        )
+    return (start, top) if flag else None
+
+
+class GenerateLogprobs:
+    """One request's ``meta_info`` logprob lists, SGLang's shapes: ``[logprob, token id, text]``
+    triples (text None unless ``return_text_in_logprobs``), the prompt's from
+    ``logprob_start_len`` (-1: the last prompt token only; the first prompt token has no
+    logprob), cumulative in every streamed chunk as SGLang's are."""
+
+    def __init__(
+        self, strings: TokenStrings, prompt: Sequence[int], start: int, top: int, with_text: bool
+    ) -> None:
+        self.strings = strings
+        self.prompt = prompt
+        self.start = len(prompt) - 1 if start < 0 else min(start, len(prompt))
+        self.top = top
+        self.with_text = with_text
+        self.input: list[list[Any]] | None = None
+        self.input_top: list[Any] = []
+        self.output: list[list[Any]] = []
+        self.output_top: list[list[list[Any]]] = []
+
+    def _triple(self, lp: float | None, tid: int) -> list[Any]:
+        text = self.strings.text(tid) if self.with_text else None
+        return [None if lp is None else _lp(lp), tid, text]
+
+    def take(self, token_ids: Sequence[int], extras: Any) -> None:
+        if self.input is None:
+            rows = rows_from_extras(extras, "in")  # positions 1.. of the prompt
+            self.input = []
+            for pos in range(self.start, len(self.prompt)):
+                if pos == 0:
+                    self.input.append(self._triple(None, self.prompt[0]))
+                    self.input_top.append(None)
+                elif pos - 1 < len(rows):
+                    tid, lp, top = rows[pos - 1]
+                    self.input.append(self._triple(lp, tid))
+                    self.input_top.append([self._triple(v, t) for t, v in top[: self.top]])
+        for tid, lp, top in rows_from_extras(extras, "out")[: len(token_ids)]:
+            self.output.append(self._triple(lp, tid))
+            self.output_top.append([self._triple(v, t) for t, v in top[: self.top]])
+
+    def meta(self) -> dict[str, Any]:
+        out: dict[str, Any] = {
+            "input_token_logprobs": self.input or [],
+            "output_token_logprobs": self.output,
+        }
+        if self.top:
+            out["input_top_logprobs"] = self.input_top
+            out["output_top_logprobs"] = self.output_top
+        return out
