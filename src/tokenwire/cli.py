@@ -85,6 +85,20 @@ def build_parser() -> argparse.ArgumentParser:
         "(default: %(default)s)",
     )
     serve.add_argument(
+        "--max-request-bytes",
+        type=int,
+        default=32 << 20,
+        help="largest request body in bytes, refused with 413 past it; 0: no limit "
+        "(default: %(default)s, 32 MiB)",
+    )
+    serve.add_argument(
+        "--body-timeout",
+        type=float,
+        default=30.0,
+        help="seconds a client has to send its request body once the headers are in, 408 past "
+        "it; 0: no limit (default: %(default)s)",
+    )
+    serve.add_argument(
         "--stall-timeout",
         type=float,
         default=30.0,
@@ -269,6 +283,8 @@ def _serve(args: argparse.Namespace) -> int:
             model_name=name,
             max_concurrent_requests=args.max_concurrent_requests,
             stall_timeout=args.stall_timeout or None,
+            max_request_bytes=args.max_request_bytes or None,
+            body_timeout=args.body_timeout or None,
             limits=RequestLimits(max_stop_str_len=args.max_stop_str_len),
             features=output_features,
             access_log=not args.disable_access_log,

@@ -44,6 +44,7 @@ from tokenwire.messages.frames import (
 )
 from tokenwire.server import api
 from tokenwire.server.features import Features
+from tokenwire.server.limits import DEFAULT_BODY_TIMEOUT, DEFAULT_MAX_REQUEST_BYTES
 from tokenwire.server.metrics import EngineCollector, Metrics
 from tokenwire.shard import DEFAULT_MAX_STALL, DetokShard
 from tokenwire.tokenizer import Tokenizer
@@ -66,6 +67,10 @@ class ServerConfig:
     #: Seconds a streaming client may read nothing while its sink is full before its request
     #: is ended (None: never).
     stall_timeout: float | None = DEFAULT_MAX_STALL
+    #: Largest request body (413 past it; None: no limit).
+    max_request_bytes: int | None = DEFAULT_MAX_REQUEST_BYTES
+    #: Seconds a client has to send its body once its headers are in (408 past it).
+    body_timeout: float | None = DEFAULT_BODY_TIMEOUT
     limits: api.RequestLimits = dataclasses.field(default_factory=api.RequestLimits)
     #: Output parsing and the other OpenAI features (reasoning, tool calls...).
     features: Features = dataclasses.field(default_factory=Features)

@@ -21,6 +21,7 @@ from tokenwire.messages.errors import ModelNotFoundError, TokenwireError, Valida
 from tokenwire.messages.finish_reason import FinishReason
 from tokenwire.messages.sampling import DEFAULT_MAX_STOP_STR_LEN, SamplingParams
 from tokenwire.parsers.output import OutputSpec
+from tokenwire.server import limits as limits_mod
 from tokenwire.server.chat import check_tools, normalize_messages, render_chat, template_roles
 from tokenwire.server.features import DEFAULT_FEATURES, Features, forced_schema, output_spec
 from tokenwire.server.logprobs import (
@@ -376,7 +377,20 @@ def _params(
     return params
 
 
-def _prompt_ids(value: Any, tok: Tokenizer, field: str, *, add_special: bool) -> list[list[int]]:
+def check_text_length(text: str, tok: Tokenizer, where: str, field: str) -> None:
+    """Refuse, before tokenizing it, a text too long to fit the context whatever its tokens."""
+    most = limits_mod.max_prompt_chars(tok)
+    if most is not None and len(text) > most:
+        raise ValidationError(
+            f"{where} has {len(text)} characters: more tokens than this model's maximum context "
+            f"length of {tok.max_model_len}",
+            param=field,
+        )
+
+
+def _prompt_ids(
+    value: Any, tok: Tokenizer, field: str, *, add_special: bool, check_length: bool = True
+) -> list[list[int]]:
     """``prompt`` (text, token ids, or a batch of either) as token id lists."""
     if isinstance(value, str):
         batch: list[Any] = [value]
@@ -393,6 +407,8 @@ def _prompt_ids(value: Any, tok: Tokenizer, field: str, *, add_special: bool) ->
     for i, p in enumerate(batch):
         where = field if len(batch) == 1 else f"{field}[{i}]"
         if isinstance(p, str):
+            if check_length:
+                check_text_length(p, tok, where, field)
             ids = tok.encode(p, add_special_tokens=add_special)
         elif isinstance(p, list) and all(_is_int(v) for v in p):
             ids = list(p)
@@ -449,7 +465,13 @@ def parse_completion(
     stream, include_usage, continuous = _stream_flags(body)
     n = _n(body)
     extras = _openai_extras(body)
-    prompts = _prompt_ids(body["prompt"], tok, "prompt", add_special=True)
+    prompts = _prompt_ids(
+        body["prompt"],
+        tok,
+        "prompt",
+        add_special=True,
+        check_length=body.get("truncate_prompt_tokens") is None,
+    )
     _truncate(prompts, body, tok)
     _check_choices(len(prompts) * n)
     params = _params(body, tok, prompts, DEFAULT_COMPLETION_MAX_TOKENS, "prompt", limits)
@@ -501,6 +523,8 @@ def parse_chat(
     n = _n(body)
     _check_choices(n)
     extras = _openai_extras(body)
+    if body.get("truncate_prompt_tokens") is None:
+        check_text_length(text, tok, "the rendered conversation", "messages")
     ids = tok.encode(text, add_special_tokens=False)
     if not ids:
         raise ValidationError("the rendered conversation is empty", param="messages")

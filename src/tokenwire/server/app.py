@@ -15,7 +15,6 @@ from collections.abc import AsyncIterator
 from types import SimpleNamespace
 from typing import Any
 
-import msgspec
 from prometheus_client import (
     CONTENT_TYPE_LATEST,
     generate_latest,
@@ -27,10 +26,9 @@ from tokenwire.messages.errors import (
     ClientDisconnected,
     QueueFullError,
     TokenwireError,
-    ValidationError,
 )
 from tokenwire.runtime import Runtime, ServerConfig
-from tokenwire.server import access_log, api, utility
+from tokenwire.server import access_log, api, limits, utility
 from tokenwire.server.chat_output import ChoiceOutput
 from tokenwire.server.guard import guarded
 from tokenwire.server.logprobs import ChoiceLogprobs, GenerateLogprobs, TokenStrings
@@ -40,8 +38,6 @@ from tokenwire.tokenizer import Tokenizer
 __all__ = ["ServerConfig", "Runtime", "App", "create_app"]
 
 log = logging.getLogger("tokenwire.server")
-
-_decode_json = msgspec.json.Decoder()
 
 
 # ---- HTTP handlers -------------------------------------------------------------------------------
@@ -131,19 +127,8 @@ class _Tracker:
 
 Subs = list[tuple[str, int, EgressSink]]
 _JSON = [(b"content-type", b"application/json")]
+_JSON_CLOSE = [*_JSON, (b"connection", b"close")]
 _SSE = [(b"content-type", b"text/event-stream"), (b"cache-control", b"no-cache")]
-
-
-async def _read_body(receive: Any) -> bytes:
-    chunks = []
-    more = True
-    while more:
-        message = await receive()
-        if message["type"] == "http.disconnect":
-            raise ClientDisconnected("the client went away before sending its request")
-        chunks.append(message.get("body", b""))
-        more = message.get("more_body", False)
-    return b"".join(chunks)
 
 
 async def _respond(send: Any, status: int, body: bytes, headers: list = _JSON) -> None:
@@ -207,6 +192,13 @@ class App:
     async def _dispatch(self, scope: dict, receive: Any, send: Any) -> None:
         handler = self._routes.get((scope["method"], scope["path"]))
         if handler is not None:
+            config = self.runtime.config
+            try:
+                limits.check_content_length(scope, config.max_request_bytes)
+            except TokenwireError as err:
+                await self._error(send, err, _route_of(scope["path"]))
+                return
+            receive = limits.bounded_receive(receive, config.max_request_bytes, config.body_timeout)
             await handler(receive, send)
         elif scope["method"] == "GET" and scope["path"].startswith("/v1/models/"):
             await self._model(scope["path"][len("/v1/models/") :], send)
@@ -239,7 +231,9 @@ class App:
 
     async def _error(self, send: Any, err: TokenwireError, route: str) -> None:
         self.runtime.metrics.requests.labels(route, str(err.status)).inc()
-        await _respond(send, err.status, api.encode(api.error_body(err)))
+        # A body refused part-way is not read to its end: the connection goes with it.
+        headers = _JSON_CLOSE if err.status in (408, 413) else _JSON
+        await _respond(send, err.status, api.encode(api.error_body(err)), headers)
 
     # ---- generation routes -----------------------------------------------------------------------
 
@@ -251,24 +245,18 @@ class App:
 
     async def _openai(self, receive: Any, send: Any, route: str) -> None:
         rt = self.runtime
+        parse = api.parse_chat if route == "chat" else api.parse_completion
         try:
-            body = await _read_json(receive)
-            if route == "chat":
-                plan = api.parse_chat(
+            plan = await limits.parse_body(
+                receive,
+                lambda body: parse(
                     body,
                     rt.tokenizer,
                     rt.config.model_name,
                     limits=rt.config.limits,
                     features=rt.features,
-                )
-            else:
-                plan = api.parse_completion(
-                    body,
-                    rt.tokenizer,
-                    rt.config.model_name,
-                    limits=rt.config.limits,
-                    features=rt.features,
-                )
+                ),
+            )
             subs = rt.submit(plan)
         except ClientDisconnected:
             return
@@ -285,13 +273,15 @@ class App:
     async def _generate(self, receive: Any, send: Any) -> None:
         rt = self.runtime
         try:
-            body = await _read_json(receive)
-            plan = api.parse_generate(
-                body,
-                rt.tokenizer,
-                rt.config.model_name,
-                limits=rt.config.limits,
-                features=rt.features,
+            plan = await limits.parse_body(
+                receive,
+                lambda body: api.parse_generate(
+                    body,
+                    rt.tokenizer,
+                    rt.config.model_name,
+                    limits=rt.config.limits,
+                    features=rt.features,
+                ),
             )
             subs = rt.submit(plan)
         except ClientDisconnected:
@@ -414,7 +404,7 @@ class App:
     async def _json_route(self, receive: Any, send: Any, route: str, answer: Any) -> None:
         """A small JSON route: ``answer(body)`` for the request's JSON body (None for a GET)."""
         try:
-            out = answer(await _read_json(receive) if receive is not None else None)
+            out = await limits.parse_body(receive, answer) if receive is not None else answer(None)
         except ClientDisconnected:
             return
         except TokenwireError as err:
@@ -477,13 +467,7 @@ def _route_of(path: str) -> str:
 
 
 async def _read_json(receive: Any) -> Any:
-    body = await _read_body(receive)
-    try:
-        return _decode_json.decode(body)
-    except msgspec.DecodeError as exc:
-        raise ValidationError(f"the request body is not valid JSON: {exc}", param=None) from None
-    except RecursionError:
-        raise ValidationError("the request body is nested too deeply", param=None) from None
+    return await limits.parse_body(receive, lambda body: body)
 
 
 def create_app(tokenizer: Tokenizer, engine: Engine, config: ServerConfig | None = None) -> App:

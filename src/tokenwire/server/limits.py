@@ -1,0 +1,179 @@
+"""Request size and time limits, and keeping big inputs off the event loop.
+
+- ``--max-request-bytes``: a declared ``Content-Length`` past the limit is refused before a byte
+  of the body is read, an undeclared (chunked) body as soon as it passes it (413, connection
+  closed).
+- A body that does not arrive within ``body_timeout`` seconds is refused (408).
+- Bodies past ``OFFLOAD_BYTES`` are decoded and parsed (tokenized, templates rendered) in a worker
+  thread, so a 2-million-character prompt does not stall every other stream and ``/health``
+  (the Hugging Face tokenizer releases the GIL).
+- ``max_prompt_chars``: a text that must tokenize to more tokens than the context holds is refused
+  before it is tokenized.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import json
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+import msgspec
+
+from tokenwire.messages.errors import (
+    ClientDisconnected,
+    PayloadTooLargeError,
+    RequestTimeoutError,
+    ValidationError,
+)
+from tokenwire.tokenizer import Tokenizer
+
+__all__ = [
+    "DEFAULT_BODY_TIMEOUT",
+    "DEFAULT_MAX_REQUEST_BYTES",
+    "OFFLOAD_BYTES",
+    "bounded_receive",
+    "check_content_length",
+    "max_prompt_chars",
+    "parse_body",
+]
+
+#: Largest request body by default: a full 128k-token context as JSON token ids is about 1 MB,
+#: a batch of long prompts a few times that; 32 MiB leaves room for any real client.
+DEFAULT_MAX_REQUEST_BYTES = 32 << 20
+#: Seconds a client has to send its whole body once the headers are in.
+DEFAULT_BODY_TIMEOUT = 30.0
+#: Bodies larger than this are decoded and parsed in a worker thread.
+OFFLOAD_BYTES = 64 << 10
+
+T = TypeVar("T")
+_decode_json = msgspec.json.Decoder()
+
+
+def _too_large(limit: int) -> PayloadTooLargeError:
+    return PayloadTooLargeError(
+        f"the request body is over this server's limit of {limit} bytes (--max-request-bytes)"
+    )
+
+
+def check_content_length(scope: dict, limit: int | None) -> None:
+    """``PayloadTooLargeError`` when the request declares a body over ``limit`` bytes."""
+    if limit is None:
+        return
+    for name, value in scope.get("headers", ()):
+        if name == b"content-length":
+            try:
+                declared = int(value)
+            except ValueError:
+                raise ValidationError("Content-Length is not a number", param=None) from None
+            if declared > limit:
+                raise _too_large(limit)
+
+
+def bounded_receive(receive: Any, limit: int | None, timeout: float | None) -> Any:
+    """``receive`` that refuses a body past ``limit`` bytes (``PayloadTooLargeError``) or slower
+    than ``timeout`` seconds in all (``RequestTimeoutError``); past the body it passes through."""
+    if limit is None and timeout is None:
+        return receive
+    state = {"size": 0, "deadline": None, "done": False}
+
+    async def bounded() -> dict:
+        if state["done"]:
+            return await receive()
+        if timeout is None:
+            message = await receive()
+        else:
+            loop = asyncio.get_running_loop()
+            if state["deadline"] is None:
+                state["deadline"] = loop.time() + timeout
+            try:
+                message = await asyncio.wait_for(receive(), state["deadline"] - loop.time())
+            except asyncio.TimeoutError:
+                raise RequestTimeoutError(
+                    f"the request body did not arrive within {timeout:g} s"
+                ) from None
+        if message["type"] == "http.request":
+            state["size"] += len(message.get("body", b""))
+            if limit is not None and state["size"] > limit:
+                raise _too_large(limit)
+            state["done"] = not message.get("more_body", False)
+        else:
+            state["done"] = True
+        return message
+
+    return bounded
+
+
+async def read_body(receive: Any) -> bytes:
+    """The whole request body."""
+    chunks = []
+    more = True
+    while more:
+        message = await receive()
+        if message["type"] == "http.disconnect":
+            raise ClientDisconnected("the client went away before sending its request")
+        chunks.append(message.get("body", b""))
+        more = message.get("more_body", False)
+    return b"".join(chunks)
+
+
+def decode_json(body: bytes) -> Any:
+    """The JSON value of a request body; ``ValidationError`` when it is not JSON."""
+    try:
+        return _decode_json.decode(body)
+    except msgspec.DecodeError as exc:
+        raise ValidationError(f"the request body is not valid JSON: {exc}", param=None) from None
+    except RecursionError:
+        raise ValidationError("the request body is nested too deeply", param=None) from None
+
+
+async def parse_body(receive: Any, parse: Callable[[Any], T]) -> T:
+    """``parse(json body)``, decoded and parsed in a worker thread when the body is large."""
+    raw = await read_body(receive)
+    if len(raw) <= OFFLOAD_BYTES:
+        return parse(decode_json(raw))
+    loop = asyncio.get_running_loop()
+    return await loop.run_in_executor(None, lambda: parse(decode_json(raw)))
+
+
+# Pre-tokenizer and normalizer steps that never drop input characters (so every token covers at
+# most its own length of the input), and normalizers that shrink text by at most 4x (Unicode
+# composition, at most a few code points into one).
+_LOSSLESS_PRE = {"ByteLevel", "Metaspace", "Digits", "Punctuation", "Split"}
+_SHRINKING_NORMALIZERS = {"NFC", "NFKC", "NFD", "NFKD", "Lowercase", "Prepend"}
+
+
+def _steps(node: dict | None, key: str) -> list[dict]:
+    if node is None:
+        return []
+    if node.get("type") == "Sequence":
+        return [s for child in node.get(key, []) for s in _steps(child, key)]
+    return [node]
+
+
+@functools.lru_cache(maxsize=16)
+def _chars_per_token(tok: Tokenizer) -> int | None:
+    spec = json.loads(tok.hf.to_str())
+    pre = _steps(spec.get("pre_tokenizer"), "pretokenizers")
+    if any(
+        p.get("type") not in _LOSSLESS_PRE
+        or (p.get("type") == "Split" and p.get("behavior") == "Removed")
+        for p in pre
+    ):
+        return None
+    norms = _steps(spec.get("normalizer"), "normalizers")
+    if any(n.get("type") not in _SHRINKING_NORMALIZERS for n in norms):
+        return None
+    longest = max(len(t) for t in tok.hf.get_vocab(with_added_tokens=True))
+    return longest * (4 if norms else 1)
+
+
+def max_prompt_chars(tok: Tokenizer) -> int | None:
+    """Characters past which a text cannot tokenize to fewer tokens than the context length
+    (None when the context length is unknown, or the tokenizer may drop input characters)."""
+    limit = tok.max_model_len
+    if not limit:
+        return None
+    per = _chars_per_token(tok)
+    return None if per is None else limit * per
