@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import json
 import logging
 import os
 import shlex
@@ -15,6 +16,20 @@ from tokenwire.messages.sampling import DEFAULT_MAX_STOP_STR_LEN
 from tokenwire.server import features
 
 __all__ = ["main", "build_parser"]
+
+
+def _string_list(value: str) -> list[str]:
+    """A JSON list of strings (as vLLM takes them) or a comma-separated list."""
+    text = value.strip()
+    if text.startswith("["):
+        try:
+            items = json.loads(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"not a JSON list: {value!r}") from None
+        if not isinstance(items, list) or not all(isinstance(i, str) for i in items):
+            raise argparse.ArgumentTypeError(f"not a JSON list of strings: {value!r}")
+        return items
+    return [part.strip() for part in text.split(",") if part.strip()]
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -83,6 +98,36 @@ def build_parser() -> argparse.ArgumentParser:
         default=DEFAULT_MAX_STOP_STR_LEN,
         help="longest stop string a request may send, in UTF-8 bytes; longer ones get 400 "
         "(default: %(default)s)",
+    )
+    serve.add_argument(
+        "--api-key",
+        default=os.environ.get("TOKENWIRE_API_KEY"),
+        help="require 'Authorization: Bearer KEY' on every route but /health and /metrics "
+        "(default: $TOKENWIRE_API_KEY, else none)",
+    )
+    serve.add_argument(
+        "--allowed-origins",
+        type=_string_list,
+        default=[],
+        help="CORS: origins web pages may call from, as a JSON list or comma-separated "
+        "('[\"*\"]' for any); default: CORS off",
+    )
+    serve.add_argument(
+        "--allowed-methods",
+        type=_string_list,
+        default=["*"],
+        help="CORS: allowed methods (default: all)",
+    )
+    serve.add_argument(
+        "--allowed-headers",
+        type=_string_list,
+        default=["*"],
+        help="CORS: allowed request headers (default: all)",
+    )
+    serve.add_argument(
+        "--allow-credentials",
+        action="store_true",
+        help="CORS: allow credentials (cookies, Authorization) from the allowed origins",
     )
     serve.add_argument(
         "--max-request-bytes",
@@ -256,6 +301,7 @@ def _serve(args: argparse.Namespace) -> int:
     from tokenwire.engine.synthetic import SyntheticEngine
     from tokenwire.server import ServerConfig, create_app
     from tokenwire.server.api import RequestLimits
+    from tokenwire.server.security import SecurityConfig
     from tokenwire.tokenizer import DEFAULT_TOKENIZER_NAME, Tokenizer
 
     logging.basicConfig(level=args.log_level.upper(), format="%(levelname)s %(name)s: %(message)s")
@@ -288,6 +334,13 @@ def _serve(args: argparse.Namespace) -> int:
             limits=RequestLimits(max_stop_str_len=args.max_stop_str_len),
             features=output_features,
             access_log=not args.disable_access_log,
+            security=SecurityConfig(
+                api_key=args.api_key or None,
+                allowed_origins=tuple(args.allowed_origins),
+                allowed_methods=tuple(args.allowed_methods),
+                allowed_headers=tuple(args.allowed_headers),
+                allow_credentials=args.allow_credentials,
+            ),
         ),
     )
     banner = (

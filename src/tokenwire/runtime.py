@@ -46,6 +46,7 @@ from tokenwire.server import api
 from tokenwire.server.features import Features
 from tokenwire.server.limits import DEFAULT_BODY_TIMEOUT, DEFAULT_MAX_REQUEST_BYTES
 from tokenwire.server.metrics import EngineCollector, Metrics
+from tokenwire.server.security import SecurityConfig
 from tokenwire.shard import DEFAULT_MAX_STALL, DetokShard
 from tokenwire.tokenizer import Tokenizer
 
@@ -67,6 +68,8 @@ class ServerConfig:
     #: Seconds a streaming client may read nothing while its sink is full before its request
     #: is ended (None: never).
     stall_timeout: float | None = DEFAULT_MAX_STALL
+    #: API key, content types and CORS.
+    security: SecurityConfig = dataclasses.field(default_factory=SecurityConfig)
     #: Largest request body (413 past it; None: no limit).
     max_request_bytes: int | None = DEFAULT_MAX_REQUEST_BYTES
     #: Seconds a client has to send its body once its headers are in (408 past it).

@@ -769,12 +769,19 @@ def _check_choices(count: int) -> None:
 # ---- responses -----------------------------------------------------------------------------------
 
 
+#: Longest error message sent to a client (the messages quote client input only briefly anyway).
+MAX_ERROR_MESSAGE = 1024
+
+
 def error_body(err: TokenwireError) -> dict[str, Any]:
     """OpenAI's error shape. A client's error (4xx) reads as its bare detail, its kind in
     ``type``; a server error keeps its kind in the message too (where it failed)."""
+    message = err.detail if err.status < 500 else str(err)
+    if len(message) > MAX_ERROR_MESSAGE:  # never echo a client's input at length
+        message = message[: MAX_ERROR_MESSAGE - 3] + "..."
     return {
         "error": {
-            "message": err.detail if err.status < 500 else str(err),
+            "message": message,
             "type": err.error_type,
             "param": err.param,
             "code": err.code if err.code is not None else err.status,

@@ -33,6 +33,7 @@ from tokenwire.server.chat_output import ChoiceOutput
 from tokenwire.server.guard import guarded
 from tokenwire.server.logprobs import ChoiceLogprobs, GenerateLogprobs, TokenStrings
 from tokenwire.server.metrics import Metrics
+from tokenwire.server.security import Security
 from tokenwire.tokenizer import Tokenizer
 
 __all__ = ["ServerConfig", "Runtime", "App", "create_app"]
@@ -137,6 +138,17 @@ async def _respond(send: Any, status: int, body: bytes, headers: list = _JSON) -
     await send({"type": "http.response.body", "body": body, "more_body": False})
 
 
+def _adding_headers(send: Any, headers: list[tuple[bytes, bytes]]) -> Any:
+    """``send`` that adds ``headers`` to the response's start."""
+
+    async def adding(message: dict) -> None:
+        if message["type"] == "http.response.start":
+            message = {**message, "headers": [*message.get("headers", ()), *headers]}
+        await send(message)
+
+    return adding
+
+
 async def _wait_disconnect(receive: Any) -> None:
     while (await receive())["type"] != "http.disconnect":
         pass
@@ -150,6 +162,7 @@ class App:
         self.runtime = runtime
         self.state = SimpleNamespace(runtime=runtime)
         self._eos = runtime.tokenizer.eos_token_ids
+        self._security = Security(runtime.config.security)
         self._routes = {
             ("POST", "/v1/completions"): self._completions,
             ("POST", "/v1/chat/completions"): self._chat,
@@ -190,6 +203,18 @@ class App:
         await guarded(self._dispatch, scope, receive, send, self._on_unhandled(scope))
 
     async def _dispatch(self, scope: dict, receive: Any, send: Any) -> None:
+        security = self._security
+        if security.is_preflight(scope):
+            status, headers = security.preflight(scope)
+            await _respond(send, status, b"", headers)
+            return
+        cors = security.cors_headers(scope)
+        if cors:
+            send = _adding_headers(send, cors)
+        refused = security.check(scope)
+        if refused is not None:
+            await self._error(send, refused, _route_of(scope["path"]))
+            return
         handler = self._routes.get((scope["method"], scope["path"]))
         if handler is not None:
             config = self.runtime.config

@@ -1,0 +1,129 @@
+"""Who may call the server, and from which web pages.
+
+- ``--api-key`` (or ``TOKENWIRE_API_KEY``): every route but ``/health`` and ``/metrics`` needs
+  ``Authorization: Bearer <key>``, compared in constant time; otherwise a 401 in OpenAI's shape.
+- A request body in one of the content types a web page may send to any site without a CORS
+  preflight (``text/plain``, ``application/x-www-form-urlencoded``, ``multipart/form-data``) is
+  refused with 415, so no page can drive the server from a visitor's browser; a request with no
+  ``Content-Type`` (curl, most clients' defaults) is accepted as JSON.
+- CORS, off by default, with vLLM's options: ``--allowed-origins``, ``--allowed-methods``,
+  ``--allowed-headers``, ``--allow-credentials``.
+"""
+
+from __future__ import annotations
+
+import hmac
+from dataclasses import dataclass
+
+from tokenwire.messages.errors import (
+    TokenwireError,
+    UnauthorizedError,
+    UnsupportedMediaTypeError,
+)
+
+__all__ = ["SecurityConfig", "Security", "OPEN_PATHS"]
+
+#: Routes that answer without an API key (probes and scrapers).
+OPEN_PATHS = frozenset({"/health", "/metrics"})
+#: Content types a browser sends cross-site without a preflight.
+_SIMPLE_TYPES = frozenset(
+    {b"text/plain", b"application/x-www-form-urlencoded", b"multipart/form-data"}
+)
+_BODY_METHODS = frozenset({"POST", "PUT", "PATCH"})
+
+
+@dataclass(frozen=True)
+class SecurityConfig:
+    """The server's access settings (CORS is off while ``allowed_origins`` is empty)."""
+
+    api_key: str | None = None
+    allowed_origins: tuple[str, ...] = ()
+    allowed_methods: tuple[str, ...] = ("*",)
+    allowed_headers: tuple[str, ...] = ("*",)
+    allow_credentials: bool = False
+
+
+def _header(scope: dict, name: bytes) -> bytes | None:
+    for key, value in scope.get("headers", ()):
+        if key == name:
+            return value
+    return None
+
+
+class Security:
+    """The checks of one ``SecurityConfig``, on ASGI scopes (no I/O)."""
+
+    def __init__(self, config: SecurityConfig) -> None:
+        self.config = config
+        self._key = ("Bearer " + config.api_key).encode() if config.api_key else None
+        self._any_origin = "*" in config.allowed_origins
+        self._origins = frozenset(o.encode() for o in config.allowed_origins)
+        self._methods = ", ".join(
+            ("DELETE", "GET", "HEAD", "OPTIONS", "PATCH", "POST", "PUT")
+            if "*" in config.allowed_methods
+            else config.allowed_methods
+        ).encode()
+
+    def check(self, scope: dict) -> TokenwireError | None:
+        """Why this request may not proceed (401, 415), or None."""
+        if self._key is not None and scope["path"] not in OPEN_PATHS:
+            given = _header(scope, b"authorization") or b""
+            if not hmac.compare_digest(given, self._key):
+                return UnauthorizedError("a valid API key is required (Authorization: Bearer ...)")
+        if scope["method"] in _BODY_METHODS:
+            ctype = _header(scope, b"content-type")
+            if ctype is not None and ctype.split(b";")[0].strip().lower() in _SIMPLE_TYPES:
+                return UnsupportedMediaTypeError(
+                    f"Content-Type {ctype.split(b';')[0].decode('latin-1')[:60]!r} is not "
+                    "accepted: send application/json"
+                )
+        return None
+
+    def _origin(self, scope: dict) -> bytes | None:
+        """The request's Origin when CORS allows it."""
+        if not self._origins:
+            return None
+        origin = _header(scope, b"origin")
+        if origin is None or not (self._any_origin or origin in self._origins):
+            return None
+        return origin
+
+    def is_preflight(self, scope: dict) -> bool:
+        return (
+            scope["method"] == "OPTIONS"
+            and bool(self._origins)
+            and _header(scope, b"access-control-request-method") is not None
+        )
+
+    def preflight(self, scope: dict) -> tuple[int, list[tuple[bytes, bytes]]]:
+        """The answer to a CORS preflight: 200 with the allowances, or 400 for an origin that
+        is not allowed."""
+        origin = self._origin(scope)
+        if origin is None:
+            return 400, [(b"content-type", b"text/plain"), (b"vary", b"Origin")]
+        cfg = self.config
+        if "*" in cfg.allowed_headers:
+            allow_headers = _header(scope, b"access-control-request-headers") or b"*"
+        else:
+            allow_headers = ", ".join(cfg.allowed_headers).encode()
+        headers = self._allow(origin) + [
+            (b"access-control-allow-methods", self._methods),
+            (b"access-control-allow-headers", allow_headers),
+            (b"access-control-max-age", b"600"),
+        ]
+        return 200, headers
+
+    def cors_headers(self, scope: dict) -> list[tuple[bytes, bytes]]:
+        """Headers to add to the response of an actual (not preflight) request."""
+        origin = self._origin(scope)
+        return [] if origin is None else self._allow(origin)
+
+    def _allow(self, origin: bytes) -> list[tuple[bytes, bytes]]:
+        credentials = self.config.allow_credentials
+        echo = credentials or not self._any_origin
+        out = [(b"access-control-allow-origin", origin if echo else b"*")]
+        if echo:
+            out.append((b"vary", b"Origin"))
+        if credentials:
+            out.append((b"access-control-allow-credentials", b"true"))
+        return out

@@ -1,0 +1,127 @@
+"""API key, cross-site content types, CORS, quoting limits."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from tokenwire.engine.synthetic import SyntheticConfig, SyntheticEngine
+from tokenwire.server import ServerConfig, create_app
+from tokenwire.server.security import SecurityConfig
+
+from asgi_client import call
+from conftest import real_tokenizer
+
+BODY = b'{"prompt": "Hi", "max_tokens": 2}'
+JSON = (b"content-type", b"application/json")
+
+
+@pytest.fixture
+async def make():
+    apps = []
+
+    async def make(**security):
+        tok = real_tokenizer("default")
+        engine = SyntheticEngine(tok, SyntheticConfig(step_time=0))
+        app = create_app(tok, engine, ServerConfig(security=SecurityConfig(**security)))
+        await app.runtime.start()
+        apps.append(app)
+        return app
+
+    yield make
+    for app in apps:
+        await app.runtime.close()
+
+
+async def test_api_key_on_every_route_but_health_and_metrics(make):
+    app = await make(api_key="s3cret")
+    for method, path, body in [
+        ("POST", "/v1/completions", BODY),
+        ("GET", "/v1/models", b""),
+        ("POST", "/tokenize", b'{"prompt": "x"}'),
+        ("GET", "/nowhere", b""),
+    ]:
+        for auth in ([], [(b"authorization", b"Bearer wrong")], [(b"authorization", b"s3cret")]):
+            resp = await call(app, method, path, body, [JSON, *auth])
+            assert resp.status == 401, (path, auth)
+            err = resp.error()
+            assert err["code"] == 401 and err["type"] == "invalid_request_error"
+    ok = [JSON, (b"authorization", b"Bearer s3cret")]
+    assert (await call(app, "POST", "/v1/completions", BODY, ok)).status == 200
+    assert (await call(app, "GET", "/v1/models", b"", ok)).status == 200
+    assert (await call(app, "GET", "/health", b"", [])).status == 200
+    assert (await call(app, "GET", "/metrics", b"", [])).status == 200
+
+
+@pytest.mark.parametrize(
+    "ctype",
+    [
+        b"text/plain",
+        b"text/plain;charset=UTF-8",
+        b"application/x-www-form-urlencoded",
+        b"multipart/form-data; boundary=x",
+        b"TEXT/PLAIN",
+    ],
+)
+async def test_cross_site_content_types_are_415(make, ctype):
+    app = await make()
+    resp = await call(app, "POST", "/v1/completions", BODY, [(b"content-type", ctype)])
+    assert resp.status == 415 and resp.error()["code"] == 415
+
+
+async def test_missing_content_type_is_json(make):
+    app = await make()
+    assert (await call(app, "POST", "/v1/completions", BODY, [])).status == 200
+
+
+async def test_cors_is_off_by_default(make):
+    app = await make()
+    origin = (b"origin", b"https://evil.example")
+    resp = await call(app, "POST", "/v1/completions", BODY, [JSON, origin])
+    assert resp.status == 200 and b"access-control-allow-origin" not in resp.headers
+    preflight = [origin, (b"access-control-request-method", b"POST")]
+    resp = await call(app, "OPTIONS", "/v1/completions", b"", preflight)
+    assert resp.status in (404, 405) and b"access-control-allow-origin" not in resp.headers
+
+
+async def test_cors_with_allowed_origins(make):
+    app = await make(allowed_origins=("https://app.example",), allow_credentials=True)
+    good = (b"origin", b"https://app.example")
+    preflight = [
+        good,
+        (b"access-control-request-method", b"POST"),
+        (b"access-control-request-headers", b"authorization, content-type"),
+    ]
+    resp = await call(app, "OPTIONS", "/v1/chat/completions", b"", preflight)
+    assert resp.status == 200
+    assert resp.headers[b"access-control-allow-origin"] == b"https://app.example"
+    assert resp.headers[b"access-control-allow-credentials"] == b"true"
+    assert b"POST" in resp.headers[b"access-control-allow-methods"]
+    assert resp.headers[b"access-control-allow-headers"] == b"authorization, content-type"
+    resp = await call(app, "POST", "/v1/completions", BODY, [JSON, good])
+    assert resp.status == 200
+    assert resp.headers[b"access-control-allow-origin"] == b"https://app.example"
+    bad = (b"origin", b"https://evil.example")
+    resp = await call(app, "OPTIONS", "/v1/completions", b"", [bad, preflight[1]])
+    assert resp.status == 400 and b"access-control-allow-origin" not in resp.headers
+    resp = await call(app, "POST", "/v1/completions", BODY, [JSON, bad])
+    assert b"access-control-allow-origin" not in resp.headers
+
+
+async def test_error_messages_quote_input_briefly(make):
+    app = await make()
+    huge = "x" * 100_000
+    for body in (
+        {"prompt": "x", "stop": [huge]},
+        {"prompt": "x", "temperature": huge},
+        {"prompt": "x", "logit_bias": {huge: 1}},
+        {"prompt": "x", "n": huge},
+        {"prompt": "x", huge: 1, "max_tokens": huge},
+        {"messages": [{"role": huge, "content": "x"}]},
+    ):
+        path = "/v1/chat/completions" if "messages" in body else "/v1/completions"
+        resp = await call(app, "POST", path, json.dumps(body).encode())
+        assert resp.status == 400
+        assert len(resp.error()["message"]) <= 1024
+        assert len(resp.body) < 2000
