@@ -483,3 +483,41 @@ def test_stop_regex_anchors_and_boundaries(text, pattern, out, matched, per_step
         assert final.finish_reason == FinishReason.stop(pattern)
     else:
         assert final.finish_reason.kind == "length"
+
+
+@pytest.mark.parametrize(
+    ("interval", "per_step", "sent_at"),
+    [
+        (1, 1, list(range(1, 11))),
+        (3, 1, [1, 4, 7, 10]),  # SGLang's points 1, N + 1, 2N + 1..., then the end
+        (4, 1, [1, 5, 9, 10]),
+        (3, 2, [2, 4, 8, 10]),  # a step of several tokens goes out if it reaches a point
+        (20, 1, [1, 10]),
+    ],
+)
+def test_stream_interval(interval, per_step, sent_at):
+    tok = byte_tokenizer()
+    run = Run(tok, SamplingParams(stream_interval=interval, stop=["zz"]))
+    ids = b("abcdefghij")
+    for i in range(0, 10, per_step):
+        last = i + per_step >= 10
+        run.step(ids[i : i + per_step], {"type": "length", "length": 10} if last else None)
+    items = run.items()
+    assert [it.completion_tokens for it in items] == sent_at
+    assert "".join(it.text for it in items) == "abcdefghij"
+    assert [t for it in items for t in it.token_ids] == ids
+    assert isinstance(items[-1], Done) and len(run.shard) == 0
+
+
+def test_stream_interval_with_a_stop_string_ends_at_once():
+    tok = byte_tokenizer()
+    run = Run(tok, SamplingParams(stream_interval=4, stop=["de"]))
+    for c in b("abcdefgh"):
+        run.step([c])
+        if "r" not in run.shard:
+            break
+    items = run.items()
+    assert [it.completion_tokens for it in items] == [1, 5]
+    assert "".join(it.text for it in items) == "abc"
+    assert items[-1].finish_reason == FinishReason.stop("de")
+    assert run.aborted == ["r"]

@@ -19,6 +19,9 @@ tokens together (``DecodeBatch``), then, per request and per token in order:
    partial stop string ever reaches the client.
 6. The engine's own finish (``length``, EOS, abort) passes through on a final ``Done`` with the
    held text and whatever the decoder still holds.
+7. With ``stream_interval`` N > 1, a request's text and ids go out when its token count reaches
+   1, N + 1, 2N + 1... (SGLang's points; a step of several tokens goes out if it reaches one)
+   and when it ends; in between they wait in the request's state.
 
 Delivery goes through each request's ``EgressSink``: when it is full, the delta is merged into
 the newest undelivered item (bounded by ``max_pending`` characters and token ids together, past
@@ -68,6 +71,7 @@ class _Req:
         "batch",
         "hb",
         "hold_firsts",
+        "interval",
         "hold_pairs",
         "min_new",
         "no_trim",
@@ -84,6 +88,7 @@ class _Req:
         "sink",
         "slot",
         "stops",
+        "waiting",
     )
 
     def __init__(
@@ -124,6 +129,9 @@ class _Req:
         self.seq_ids: list[int] = []
         self.seq_lens: list[int] = []
         self.seq_text = ""
+        # stream_interval: the text, ids and extras waiting for the next point to go out at.
+        self.interval = params.stream_interval or 1
+        self.waiting: tuple[str, list[int], Any] | None = None
 
     @property
     def held(self) -> str:
@@ -138,7 +146,7 @@ class _Req:
     @property
     def mode(self) -> int:
         """How the next token is handled: 0 as is, 1 with held text, 2 the exact path."""
-        return 2 if self.regexes or self.seqs else 1 if self.held else 0
+        return 2 if self.regexes or self.seqs or self.interval > 1 else 1 if self.held else 0
 
     def push_token(self, tid: int, chars: int, may_stop: bool) -> list[int] | None:
         """Record a generated token (and its text's length); return the first stop token sequence
@@ -609,10 +617,21 @@ class DetokShard:
             out.append(st.seq_text)
             out.extend(taken)
             st.seq_text = ""
+        before = int(self._ntok[st.sid])
         self._ntok[st.sid] = ntok
         self._mode[st.sid] = st.mode
         text = "".join(out)
-        fields = (st.rid, token_ids[:used], final, prompt_tokens, text, ntok, extras, *counts)
+        ids = token_ids[:used]
+        if st.interval > 1:
+            if st.waiting is not None:
+                w_text, w_ids, w_extras = st.waiting
+                text, ids, extras = w_text + text, w_ids + ids, _merge_extras(w_extras, extras)
+                st.waiting = None
+            # Out at tokens 1, N + 1, 2N + 1...: when this step reaches the next such point.
+            if final is None and (ntok - 1) // st.interval == (before - 1) // st.interval:
+                st.waiting = (text, ids, extras)
+                return
+        fields = (st.rid, ids, final, prompt_tokens, text, ntok, extras, *counts)
         if final is None:
             item = Frame(*fields)
             if st.sink.try_send(item) is not None:
@@ -730,6 +749,15 @@ def _trims(st: _Req, fin: FinishReason, tokens: list[int]) -> bool:
     if isinstance(matched, list) and matched:
         return tokens[-1] == matched[-1]
     return False
+
+
+def _merge_extras(old: Any, new: Any) -> Any:
+    """Logprob/hidden-state extras of consecutive steps, as one item carries them."""
+    if old is None:
+        return new
+    if new is None:
+        return old
+    return [*old, new] if isinstance(old, list) else [old, new]
 
 
 def _engine_sequence(fin: FinishReason) -> list[int] | None:
