@@ -474,6 +474,8 @@ def test_cached_and_reasoning_tokens_reach_the_final_item(per_step):
         ("anything", "", "", True),
         ("12 ab", r"^\d+ ", "12 ", True),
         ("ab 12 ", r"^\d+ ", "ab 12 ", False),
+        ("ax. axe", r"x\B", "ax. ax", True),  # the word character after the match comes later
+        ("hi! .!x", r"[.!]\b", "hi! .!", True),
     ],
 )
 def test_stop_regex_anchors_and_boundaries(text, pattern, out, matched, per_step):

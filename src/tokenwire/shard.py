@@ -117,9 +117,10 @@ class _Req:
             (ord(s[k - 2]) << 21) | ord(s[k - 1]) for s in self.stops for k in range(2, len(s))
         )
         self.regexes = tuple(params.stop_regexes)
-        keep = max((r.max_len for r in self.regexes), default=0)
+        keep = max((r.max_len + r.needs_next for r in self.regexes), default=0)
         # Recent text, for regexes whose matches start in delivered text: as much as the longest
-        # match spans, and one more character, for what comes before a match (\b, ^, \A).
+        # match spans (one more if it may end where new text begins), and one more character,
+        # for what comes before a match (\b, ^, \A).
         self.rtail_keep = None if keep >= UNBOUNDED else max(keep, 1)
         self.rtail = ""
         self.rtail_cut = False  # whether rtail has lost the start of the text
@@ -768,13 +769,15 @@ def _engine_sequence(fin: FinishReason) -> list[int] | None:
 
 def _search_new(rx: Any, text: str, new_from: int, first: int = 0) -> tuple[int, int] | None:
     """The leftmost match of ``rx`` in ``text`` (starting at ``first`` or later: the text before
-    is context) that ends inside ``text[new_from:]``, or is empty right where it begins."""
+    is context) that ends inside ``text[new_from:]``, or right where it begins when the match is
+    empty or needs the character after it (which only the new text has)."""
     pos = first
+    edge = rx.needs_next
     while pos <= len(text):
         m = rx.search(text, pos)
         if m is None:
             return None
-        if m[1] > new_from or m[0] == m[1] == new_from < len(text):
+        if m[1] > new_from or (m[1] == new_from < len(text) and (edge or m[0] == m[1])):
             return m
         pos = m[0] + 1
     return None

@@ -72,6 +72,9 @@ class StopRegex:
     _compiled: Any = field(compare=False, repr=False, hash=False)
     _inner: Any = field(default=None, compare=False, repr=False, hash=False)
     _consumes_before: bool = field(default=False, compare=False, repr=False, hash=False)
+    #: Whether a match needs the character after it (a boundary at the end that the end of the
+    #: text does not satisfy): a match ending where new text begins may be new.
+    needs_next: bool = field(default=False, compare=False, repr=False, hash=False)
 
     def search(self, text: str, pos: int = 0) -> tuple[int, int] | None:
         """``(start, end)`` of the leftmost match in ``text`` at or after ``pos``, or None (the
@@ -459,7 +462,10 @@ def _admit(pattern: str) -> StopRegex:
         raise ValidationError(
             f"stop_regex {pattern!r} cannot be compiled: {detail}", param="stop_regex"
         ) from None
-    return StopRegex(pattern, _max_len(parsed), re2_pattern, compiled, inner_compiled, bool(before))
+    needs_next = bool(after) and not after.endswith("|\\z)")
+    return StopRegex(
+        pattern, _max_len(parsed), re2_pattern, compiled, inner_compiled, bool(before), needs_next
+    )
 
 
 # ---- the admission cache -------------------------------------------------------------------------
