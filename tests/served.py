@@ -8,10 +8,9 @@ import threading
 import time
 from collections.abc import Iterator
 
-import uvicorn
-
 from tokenwire.engine.synthetic import SyntheticConfig, SyntheticEngine
 from tokenwire.server import ServerConfig, create_app
+from tokenwire.server.serving import ConnectionLimits, TokenwireServer, uvicorn_config
 
 from conftest import real_tokenizer
 
@@ -25,6 +24,7 @@ class Served:
         self.engine = engine
         self.app = app
         self.server = server
+        self.thread = None
 
     @property
     def runtime(self):
@@ -32,16 +32,22 @@ class Served:
 
 
 @contextlib.contextmanager
-def serve(config: SyntheticConfig, uvicorn_kw: dict | None = None, **server_kw) -> Iterator[Served]:
-    """Serve the default tokenizer over a synthetic engine until the block ends."""
+def serve(
+    config: SyntheticConfig,
+    limits: ConnectionLimits | None = None,
+    shutdown_timeout: float = 2.0,
+    **server_kw,
+) -> Iterator[Served]:
+    """Serve the default tokenizer over a synthetic engine, as ``tokenwire serve`` does (its
+    connection protocol and graceful shutdown), until the block ends."""
     tok = real_tokenizer("default")
     engine = SyntheticEngine(tok, config)
     app = create_app(tok, engine, ServerConfig(model_name=MODEL, **server_kw))
     sock = socket.socket()
     sock.bind(("127.0.0.1", 0))
     port = sock.getsockname()[1]
-    kw = {"log_level": "warning", "lifespan": "on", "timeout_graceful_shutdown": 2}
-    server = uvicorn.Server(uvicorn.Config(app, **(kw | (uvicorn_kw or {}))))
+    uv = uvicorn_config(app, limits or ConnectionLimits(), log_level="warning", lifespan="on")
+    server = TokenwireServer(uv, app, shutdown_timeout=shutdown_timeout)
     thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
     thread.start()
     deadline = time.monotonic() + 30
@@ -49,8 +55,10 @@ def serve(config: SyntheticConfig, uvicorn_kw: dict | None = None, **server_kw) 
         if time.monotonic() > deadline or not thread.is_alive():
             raise RuntimeError("server did not start")
         time.sleep(0.02)
+    served = Served(f"http://127.0.0.1:{port}", port, engine, app, server)
+    served.thread = thread
     try:
-        yield Served(f"http://127.0.0.1:{port}", port, engine, app, server)
+        yield served
     finally:
         server.should_exit = True
         thread.join(10)

@@ -130,6 +130,34 @@ def build_parser() -> argparse.ArgumentParser:
         help="CORS: allow credentials (cookies, Authorization) from the allowed origins",
     )
     serve.add_argument(
+        "--max-connections",
+        type=int,
+        default=8192,
+        help="open connections past which requests get 503 (/health still answers); 0: no "
+        "limit (default: %(default)s)",
+    )
+    serve.add_argument(
+        "--header-timeout",
+        type=float,
+        default=10.0,
+        help="seconds from a request's first byte to the end of its headers, 408 past it; 0: "
+        "no limit (default: %(default)s)",
+    )
+    serve.add_argument(
+        "--idle-timeout",
+        type=float,
+        default=5.0,
+        help="seconds a connection may stay silent before its first request and between "
+        "requests (default: %(default)s)",
+    )
+    serve.add_argument(
+        "--shutdown-timeout",
+        type=float,
+        default=30.0,
+        help="on SIGTERM/SIGINT, seconds requests in flight have to finish before they end "
+        "with an error (default: %(default)s)",
+    )
+    serve.add_argument(
         "--max-request-bytes",
         type=int,
         default=32 << 20,
@@ -296,12 +324,12 @@ def _serve(args: argparse.Namespace) -> int:
         output_features = features.from_args(args)
     except ValueError as exc:
         raise SystemExit(f"tokenwire: {exc}") from None
-    import uvicorn
 
     from tokenwire.engine.synthetic import SyntheticEngine
     from tokenwire.server import ServerConfig, create_app
     from tokenwire.server.api import RequestLimits
     from tokenwire.server.security import SecurityConfig
+    from tokenwire.server.serving import ConnectionLimits, raise_open_files_limit, uvicorn_config
     from tokenwire.tokenizer import DEFAULT_TOKENIZER_NAME, Tokenizer
 
     logging.basicConfig(level=args.log_level.upper(), format="%(levelname)s %(name)s: %(message)s")
@@ -347,15 +375,22 @@ def _serve(args: argparse.Namespace) -> int:
         f"tokenwire: serving {name!r} (vocab {tok.vocab_size}, model vocab {tok.model_vocab_size})"
         f" on http://{args.host}:{args.port}"
     )
-    config = uvicorn.Config(
+    limits = ConnectionLimits(
+        max_connections=args.max_connections or None,
+        header_timeout=args.header_timeout or None,
+        idle_timeout=args.idle_timeout or None,
+    )
+    if limits.hard_cap is not None:
+        raise_open_files_limit(limits.hard_cap + 1024)
+    config = uvicorn_config(
         app,
+        limits,
         host=args.host,
         port=args.port,
         log_level=args.log_level,
         access_log=False,  # tokenwire's own, with durations
-        timeout_graceful_shutdown=5,
     )
-    _run_server(config, banner, started_at, holder)
+    _run_server(config, app, args.shutdown_timeout, banner, started_at, holder)
     return 0
 
 
@@ -436,20 +471,26 @@ def _mock_engine(args: argparse.Namespace) -> int:
 
 
 def _run_server(
-    config: Any, banner: str, started_at: float, holder: dict[str, Any] | None = None
+    config: Any,
+    app: Any,
+    shutdown_timeout: float,
+    banner: str,
+    started_at: float,
+    holder: dict[str, Any] | None = None,
 ) -> None:
-    """Run uvicorn, printing ``banner`` only once the socket accepts connections (the server goes
-    into ``holder["server"]``, for whoever must know that it is asked to stop)."""
-    import uvicorn
+    """Run the server (graceful shutdown within ``shutdown_timeout``), printing ``banner`` only
+    once the socket accepts connections (the server goes into ``holder["server"]``, for whoever
+    must know that it is asked to stop)."""
+    from tokenwire.server.serving import TokenwireServer
 
-    class Server(uvicorn.Server):
+    class Server(TokenwireServer):
         async def startup(self, sockets: list | None = None) -> None:
             await super().startup(sockets)
             if self.started:
                 took = time.perf_counter() - started_at
                 print(f"{banner} (ready in {took:.1f}s)", flush=True)
 
-    server = Server(config)
+    server = Server(config, app, shutdown_timeout)
     if holder is not None:
         holder["server"] = server
     server.run()

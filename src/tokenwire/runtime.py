@@ -98,6 +98,8 @@ class Runtime:
         self._ids = itertools.count()
         self._controls: dict[str, asyncio.Future[bytes]] = {}
         self._watchdog: asyncio.Task[None] | None = None
+        #: Set once a graceful shutdown begins: new requests are refused.
+        self.draining = False
 
     # ---- engine side -----------------------------------------------------------------------------
 
@@ -132,7 +134,20 @@ class Runtime:
     def _fail_all(self, error: TokenwireError) -> None:
         for rid in self.shard.live_rids():
             self.shard.fail(rid, error)
+            self._abort_in_engine(rid)
         self.metrics.in_flight.set(len(self.shard))
+
+    async def drain(self, timeout: float) -> None:
+        """Shutting down: refuse new requests (503), give those in flight up to ``timeout``
+        seconds to finish, then end the rest with a 503 error their clients can read."""
+        self.draining = True
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout
+        while len(self.shard) and loop.time() < deadline:
+            await asyncio.sleep(0.05)
+        if len(self.shard):
+            log.warning("shutting down: ending %d requests still in flight", len(self.shard))
+            self._fail_all(QueueFullError("the server is shutting down"))
 
     def expect_control(self, rid: str) -> asyncio.Future[bytes]:
         """A future for the payload of the engine's result frame for control request ``rid``."""
@@ -184,6 +199,8 @@ class Runtime:
         """Register and submit every choice of ``plan``: ``(rid, prompt index, sink)`` each."""
         if not self.engine.alive:
             raise QueueFullError("the engine is not running")
+        if self.draining:
+            raise QueueFullError("the server is shutting down")
         choices = plan.choices
         if len(self.shard) + choices > self.config.max_concurrent_requests:
             raise OverloadedError(

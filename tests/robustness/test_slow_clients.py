@@ -4,7 +4,6 @@ and are ended (engine slot freed, connection closed) once they have read nothing
 from __future__ import annotations
 
 import json
-import statistics
 import time
 
 import httpx
@@ -45,7 +44,8 @@ def test_fifty_non_reading_clients_leave_a_reading_stream_alone():
     # on every merge would be quadratic in it and slow every other stream down).
     config = SyntheticConfig(step_time=0.01, tokens_per_step=4)
     with serve(config, stall_timeout=None) as s:
-        unloaded = statistics.median(_reading_stream(s.url, 400) for _ in range(3))
+        # Best of three: noise from other processes only ever adds time.
+        unloaded = min(_reading_stream(s.url, 400) for _ in range(3))
         socks = [
             raw_request(s.port, "POST", "/generate", _STALLING, rcvbuf=4096) for _ in range(50)
         ]
@@ -53,7 +53,7 @@ def test_fifty_non_reading_clients_leave_a_reading_stream_alone():
             # Every one of them has stopped reading: its sink is full and merging.
             assert wait_until(lambda: _stalled(s, 50), 60)
             time.sleep(2)
-            loaded = statistics.median(_reading_stream(s.url, 400) for _ in range(3))
+            loaded = min(_reading_stream(s.url, 400) for _ in range(3))
             assert _stalled(s, 50) and s.engine.running >= 50  # still there, still stalled
         finally:
             for sock in socks:

@@ -1,0 +1,199 @@
+"""Serving the app over HTTP/1.1 (uvicorn), bounded in connections and time, with a graceful
+shutdown.
+
+uvicorn gives a keep-alive timeout between requests and ``limit_concurrency``, which answers 503
+to *every* request past the limit (``/health`` too) and never times out a connection that has
+not sent a full request. tokenwire's connection protocol adds:
+
+- an idle timeout before a connection's first byte (and between requests: uvicorn's keep-alive),
+- a header timeout: a request's headers must be complete within ``header_timeout`` seconds of its
+  first byte (slowloris), else 408 and the connection is closed,
+- ``max_connections``: past it, requests get a 503 in OpenAI's shape and their connection is
+  closed, except ``/health``, which keeps answering; past a small reserve above it, connections
+  are closed as soon as they are accepted (so descriptors never run out).
+
+``TokenwireServer`` shuts down gracefully: it stops accepting, lets requests in flight finish for
+up to ``shutdown_timeout`` seconds (new ones get a 503), then ends every stream with an error
+event and ``[DONE]`` and every unary request with a JSON 503, and exits.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import resource
+from dataclasses import dataclass
+from typing import Any
+
+import uvicorn
+from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
+
+from tokenwire.messages.errors import QueueFullError
+from tokenwire.server import api
+
+__all__ = ["ConnectionLimits", "TokenwireServer", "connection_protocol", "raise_open_files_limit"]
+
+log = logging.getLogger("tokenwire.server")
+
+#: Paths that keep answering past ``max_connections``.
+_ALWAYS = {b"/health", b"/ping"}
+
+
+@dataclass(frozen=True)
+class ConnectionLimits:
+    """Bounds on connections, in number and in time (None: no bound)."""
+
+    #: Open connections past which requests get a 503 (``/health`` excepted).
+    max_connections: int | None = 8192
+    #: Seconds from a request's first byte to the end of its headers.
+    header_timeout: float | None = 10.0
+    #: Seconds a connection may stay silent before its first request and between requests.
+    idle_timeout: float | None = 5.0
+
+    @property
+    def hard_cap(self) -> int | None:
+        """Connections past which new ones are closed at once: a reserve above
+        ``max_connections`` for ``/health`` and for the 503 answers."""
+        if self.max_connections is None:
+            return None
+        return self.max_connections + max(16, self.max_connections // 16)
+
+
+def _raw_response(status: int, reason: str, err: Any) -> bytes:
+    body = api.encode(api.error_body(err))
+    return (
+        f"HTTP/1.1 {status} {reason}\r\ncontent-type: application/json\r\n"
+        f"content-length: {len(body)}\r\nconnection: close\r\n\r\n"
+    ).encode() + body
+
+
+_OVER_CAPACITY = _raw_response(
+    503,
+    "Service Unavailable",
+    QueueFullError("too many open connections: try again later"),
+)
+
+
+class _LimitedProtocol(HttpToolsProtocol):
+    """One HTTP/1.1 connection, with tokenwire's connection limits (``limits`` is set on the
+    subclass ``connection_protocol`` makes)."""
+
+    limits: ConnectionLimits = ConnectionLimits()
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._timer: asyncio.TimerHandle | None = None
+        self._awaiting_headers = False
+
+    def _arm(self, seconds: float | None, callback: Any) -> None:
+        self._disarm()
+        if seconds is not None:
+            self._timer = self.loop.call_later(seconds, callback)
+
+    def _disarm(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+
+    def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+        super().connection_made(transport)
+        cap = self.limits.hard_cap
+        if cap is not None and len(self.connections) > cap:
+            transport.abort()
+            return
+        self._arm(self.limits.idle_timeout, self._idle_expired)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._disarm()
+        super().connection_lost(exc)
+
+    def data_received(self, data: bytes) -> None:
+        if not self._awaiting_headers and (self.cycle is None or self.cycle.response_complete):
+            # The first byte of a request: its headers have header_timeout to arrive.
+            self._awaiting_headers = True
+            self._arm(self.limits.header_timeout, self._headers_expired)
+        super().data_received(data)
+
+    def on_headers_complete(self) -> None:
+        self._awaiting_headers = False
+        self._disarm()
+        cap = self.limits.max_connections
+        if cap is not None and len(self.connections) > cap:
+            path = self.url.split(b"?", 1)[0]
+            if path not in _ALWAYS:
+                self.transport.write(_OVER_CAPACITY)
+                self.transport.close()
+                return
+        super().on_headers_complete()
+
+    def on_response_complete(self) -> None:
+        super().on_response_complete()  # arms uvicorn's keep-alive (idle) timeout
+
+    def _idle_expired(self) -> None:
+        self._timer = None
+        if not self.transport.is_closing() and self.cycle is None:
+            self.transport.close()
+
+    def _headers_expired(self) -> None:
+        self._timer = None
+        if self._awaiting_headers and not self.transport.is_closing():
+            log.info("a client did not send its request headers in time: closing")
+            self.transport.write(
+                _raw_response(
+                    408,
+                    "Request Timeout",
+                    QueueFullError("the request headers did not arrive in time"),
+                )
+            )
+            self.transport.close()
+
+
+def connection_protocol(limits: ConnectionLimits) -> type[asyncio.Protocol]:
+    """The uvicorn HTTP protocol class that enforces ``limits``."""
+    return type("TokenwireHTTPProtocol", (_LimitedProtocol,), {"limits": limits})
+
+
+def raise_open_files_limit(wanted: int) -> int:
+    """Raise the soft limit on open files towards ``wanted`` (at most the hard limit); returns
+    the limit in force."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    target = wanted if hard == resource.RLIM_INFINITY else min(wanted, hard)
+    if soft != resource.RLIM_INFINITY and soft < target:
+        with contextlib.suppress(ValueError, OSError):
+            resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
+            soft = target
+    return soft
+
+
+class TokenwireServer(uvicorn.Server):
+    """uvicorn's server with a graceful shutdown: requests in flight get ``shutdown_timeout``
+    seconds to finish, then end with an error the client can read."""
+
+    def __init__(self, config: uvicorn.Config, app: Any, shutdown_timeout: float = 30.0) -> None:
+        super().__init__(config)
+        self.app = app
+        self.shutdown_timeout = shutdown_timeout
+
+    async def shutdown(self, sockets: list | None = None) -> None:
+        for server in self.servers:  # stop accepting
+            server.close()
+        for sock in sockets or []:
+            sock.close()
+        for connection in list(self.server_state.connections):
+            connection.shutdown()  # idle keep-alive connections go now, busy ones after
+        runtime = self.app.runtime
+        await runtime.drain(0 if self.force_exit else self.shutdown_timeout)
+        # Let the handlers write the errors they were just given.
+        deadline = asyncio.get_running_loop().time() + 2.0
+        while self.server_state.tasks and asyncio.get_running_loop().time() < deadline:
+            await asyncio.sleep(0.02)
+        await super().shutdown(sockets)
+
+
+def uvicorn_config(app: Any, limits: ConnectionLimits, **kwargs: Any) -> uvicorn.Config:
+    """A uvicorn config for ``app`` with tokenwire's connection protocol and timeouts."""
+    kwargs.setdefault("timeout_graceful_shutdown", 3)
+    if limits.idle_timeout is not None:
+        kwargs.setdefault("timeout_keep_alive", limits.idle_timeout)
+    return uvicorn.Config(app, http=connection_protocol(limits), **kwargs)

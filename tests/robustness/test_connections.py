@@ -1,0 +1,86 @@
+"""Connections are bounded in time and number, and /health answers through it all."""
+
+from __future__ import annotations
+
+import socket
+import time
+
+import httpx
+import msgspec
+
+from tokenwire.engine.synthetic import SyntheticConfig
+from tokenwire.server.serving import ConnectionLimits
+
+from served import serve, wait_until
+
+
+def _connect(port: int) -> socket.socket:
+    s = socket.create_connection(("127.0.0.1", port))
+    s.settimeout(10)
+    return s
+
+
+def _read_all(s: socket.socket) -> bytes:
+    out = b""
+    try:
+        while chunk := s.recv(65536):
+            out += chunk
+    except ConnectionResetError:
+        pass
+    return out
+
+
+def test_a_connection_that_sends_nothing_is_closed():
+    with serve(SyntheticConfig(), ConnectionLimits(idle_timeout=0.3)) as s:
+        sock = _connect(s.port)
+        assert _read_all(sock) == b""  # closed by the server (the read would time out otherwise)
+        sock.close()
+
+
+def test_slowloris_headers_get_408_and_are_closed():
+    with serve(SyntheticConfig(), ConnectionLimits(header_timeout=0.5, idle_timeout=5)) as s:
+        sock = _connect(s.port)
+        sock.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\n")
+        closed = False
+        for _ in range(40):  # a header byte every 0.1 s, never finishing
+            try:
+                sock.sendall(b"X")
+            except OSError:
+                closed = True
+                break
+            time.sleep(0.1)
+        answer = _read_all(sock)
+        assert closed or answer.startswith(b"HTTP/1.1 408")
+        sock.close()
+        assert httpx.get(s.url + "/health").status_code == 200
+
+
+def test_connection_cap_answers_503_and_health_still_answers():
+    limits = ConnectionLimits(max_connections=8, idle_timeout=None, header_timeout=None)
+    with serve(SyntheticConfig(), limits) as s:
+        idle = [_connect(s.port) for _ in range(8)]
+        assert wait_until(lambda: len(s.server.server_state.connections) >= 8)
+        with httpx.Client() as client:
+            resp = client.get(s.url + "/v1/models")
+            assert resp.status_code == 503
+            err = msgspec.json.decode(resp.content)["error"]
+            assert err["code"] == 503 and "connections" in err["message"]
+            assert resp.headers["connection"] == "close"
+            assert client.get(s.url + "/health").status_code == 200
+        # Past the reserve above the cap, connections are closed at once.
+        extra = [_connect(s.port) for _ in range(40)]
+        assert wait_until(lambda: len(s.server.server_state.connections) <= limits.hard_cap)
+        closed = 0
+        for sock in extra:
+            sock.settimeout(0.5)
+            try:
+                closed += sock.recv(1) == b""
+            except TimeoutError:
+                pass
+            except ConnectionResetError:
+                closed += 1
+        assert closed >= 40 - (limits.hard_cap - 8)
+        for sock in idle + extra:
+            sock.close()
+        assert wait_until(lambda: len(s.server.server_state.connections) == 0)
+        assert httpx.get(s.url + "/v1/models").status_code == 200
