@@ -93,6 +93,21 @@ TOOL_CASES: dict[str, list[tuple[str, str, list[tuple[str, str]]]]] = {
             [("get_weather", W)],
         ),
     ],
+    "openai": [
+        (
+            "<|channel|>analysis<|message|>Weather 🌧?<|end|><|start|>assistant<|channel|>"
+            f"commentary to=functions.get_weather <|constrain|>json<|message|>{W}<|call|>",
+            "Weather 🌧?",
+            [("get_weather", W)],
+        ),
+        (
+            "<|start|>assistant to=functions.now<|channel|>commentary json<|message|>{}<|call|>"
+            "<|start|>assistant<|channel|>final<|message|>Done 🎉<|return|>",
+            "Done 🎉",
+            [("now", "{}")],
+        ),
+        ("plain, no harmony", "plain, no harmony", []),
+    ],
 }
 TOOL_PARAMS = [
     pytest.param(name, k, id=f"{name}-{k}")
@@ -202,6 +217,8 @@ REAL_CASES = [
     ("llama3", "pythonic", 0),
     ("gemma3", "hermes", 0),
     ("llama2", "mistral", 1),
+    ("gptoss", "openai", 0),
+    ("gptoss", "openai", 1),
 ]
 
 
@@ -263,6 +280,16 @@ REASONING_CASES = [
     ),
     ("deepseek_r1", False, "<think>x</think>y</think>z", "x", "y</think>z"),
     ("deepseek_r1", False, "never closed", "never closed", ""),
+    (
+        "gpt_oss",
+        False,
+        "<|channel|>analysis<|message|>Hmm 🤔<|end|><|start|>assistant<|channel|>final"
+        "<|message|>Answer 42.<|return|>",
+        "Hmm 🤔",
+        "Answer 42.",
+    ),
+    ("gpt_oss", False, "no harmony at all", "", "no harmony at all"),
+    ("gpt_oss", False, "<|channel|>analysis<|message|>cut off", "cut off", ""),
 ]
 
 
@@ -284,6 +311,12 @@ def test_reasoning_parser(name: str, opens: bool, text: str, reasoning: str, con
 @given(cuts=st.lists(st.integers(min_value=0, max_value=10_000), max_size=10))
 def test_reasoning_any_split(name, opens, text, reasoning, content, cuts) -> None:
     assert _stream_reasoning(name, opens, _splits(text, cuts)) == (reasoning, content)
+
+
+def test_gpt_oss_reasoning_on_token_pieces() -> None:
+    text = REASONING_CASES[-3][2]
+    pieces = _decode_pieces("gptoss", text)
+    assert _stream_reasoning("gpt_oss", False, pieces) == ("Hmm 🤔", "Answer 42.")
 
 
 @pytest.mark.parametrize("tok_name", ["qwen3", "deepseek_v3", "llama3"])

@@ -221,3 +221,24 @@ def test_content_format_and_interleaved_thinking():
         ]
         r = s.client.chat.completions.create(model=MODEL, messages=messages, max_tokens=50)
         assert r.choices[0].message.content == "q[]a[why]q2[]"
+
+
+def test_gpt_oss_harmony_reasoning_and_calls():
+    features = _features(
+        reasoning_parser="gpt_oss", tool_call_parser="openai", enable_auto_tool_choice=True
+    )
+    text = (
+        "<|channel|>analysis<|message|>Need weather 🌧.<|end|><|start|>assistant<|channel|>"
+        f"commentary to=functions.get_weather <|constrain|>json<|message|>{ARGS}<|call|>"
+    )
+    with serve(SyntheticConfig(output="echo"), features=features) as s:
+        r = _chat(s, text + END, tools=TOOLS)
+        msg = r.choices[0].message
+        assert msg.model_extra["reasoning"] == "Need weather 🌧."
+        (call,) = msg.tool_calls
+        assert call.function.name == "get_weather" and call.function.arguments == ARGS
+        assert r.choices[0].finish_reason == "tool_calls"
+        assert r.usage.completion_tokens_details.reasoning_tokens > 0
+        content, reasoning, calls, finish, _, _ = _stream(s, text + END, tools=TOOLS)
+        assert (content, reasoning, finish) == ("", "Need weather 🌧.", "tool_calls")
+        assert [(c["name"], c["arguments"]) for c in calls] == [("get_weather", ARGS)]

@@ -5,6 +5,7 @@ text gives."""
 
 from __future__ import annotations
 
+from tokenwire.parsers.harmony import GptOssReasoningParser, OpenAIToolParser
 from tokenwire.parsers.reasoning import (
     REASONING_PARSERS,
     ReasoningDelta,
@@ -19,6 +20,9 @@ from tokenwire.parsers.tools import (
     ToolDelta,
     merge_tool_deltas,
 )
+
+REASONING_PARSERS[GptOssReasoningParser.name] = GptOssReasoningParser
+TOOL_CALL_PARSERS[OpenAIToolParser.name] = OpenAIToolParser
 
 __all__ = [
     "REASONING_PARSERS",

@@ -35,7 +35,8 @@ class OutputDelta:
 class OutputSpec:
     """How one request's outputs are parsed (each choice gets its own ``OutputParser``)."""
 
-    reasoning: type[ReasoningParser] | None = None
+    #: The reasoning parser class (``ReasoningParser`` or one with its interface).
+    reasoning: Callable[..., ReasoningParser] | None = None
     prompt_in_reasoning: bool = False
     #: The tool-call parser class (or a factory taking ``make_id``).
     tools: Callable[..., ToolCallParser] | None = None

@@ -16,7 +16,7 @@ back. The pieces concatenated equal the result of feeding the whole output at on
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import ClassVar
+from typing import Any, ClassVar
 
 from tokenwire.parsers.markers import find_marker
 
@@ -52,6 +52,8 @@ class ReasoningParser:
     end_tag: ClassVar[str] = "</think>"
     #: Whether an output that does not open with ``start_tag`` is reasoning anyway.
     implicit_start: ClassVar[bool] = False
+    #: The markup is special tokens: the text must keep them.
+    needs_special_tokens: ClassVar[bool] = False
 
     def __init__(self, *, prompt_in_reasoning: bool = False) -> None:
         self._buf = ""
@@ -130,13 +132,15 @@ class DeepSeekR1ReasoningParser(ReasoningParser):
     implicit_start = True
 
 
-REASONING_PARSERS: dict[str, type[ReasoningParser]] = {
+REASONING_PARSERS: dict[str, Any] = {
     cls.name: cls for cls in (Qwen3ReasoningParser, DeepSeekR1ReasoningParser)
 }
 
 
-def prompt_opens_reasoning(prompt_text: str, parser: type[ReasoningParser]) -> bool:
+def prompt_opens_reasoning(prompt_text: str, parser: Any) -> bool:
     """Whether the rendered prompt ends inside an opened, unclosed thinking block (the template
     started the model's thinking for it)."""
+    if not hasattr(parser, "start_tag"):
+        return False
     start = prompt_text.rfind(parser.start_tag)
     return start != -1 and prompt_text.find(parser.end_tag, start) == -1

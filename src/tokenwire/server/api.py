@@ -544,7 +544,10 @@ def parse_chat(
             )
         params.json_schema = forced
     tools_cls = spec.tools if spec is not None else None
-    special = getattr(tools_cls, "needs_special_tokens", False)
+    reasoning_cls = spec.reasoning if spec is not None else None
+    special = getattr(tools_cls, "needs_special_tokens", False) or getattr(
+        reasoning_cls, "needs_special_tokens", False
+    )
     if special and body.get("skip_special_tokens") is None:  # the call markup is special tokens
         params.skip_special_tokens = False
     return Plan(
