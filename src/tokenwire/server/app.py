@@ -235,6 +235,7 @@ class App:
     def _on_unhandled(self, scope: dict) -> Any:
         def count(err: TokenwireError) -> None:
             self.runtime.metrics.requests.labels(_route_of(scope["path"]), str(err.status)).inc()
+            self.runtime.metrics.request_errors.labels(err.error_type).inc()
 
         return count
 
@@ -256,6 +257,7 @@ class App:
 
     async def _error(self, send: Any, err: TokenwireError, route: str) -> None:
         self.runtime.metrics.requests.labels(route, str(err.status)).inc()
+        self.runtime.metrics.request_errors.labels(err.error_type).inc()
         # A body refused part-way is not read to its end: the connection goes with it.
         headers = _JSON_CLOSE if err.status in (408, 413) else _JSON
         await _respond(send, err.status, api.encode(api.error_body(err)), headers)
@@ -337,6 +339,7 @@ class App:
         subs = streamer.subs
         gone = self._watch(receive, subs)
         abandoned = _end_when_abandoned(subs)
+        start = time.perf_counter()
         try:
             await send({"type": "http.response.start", "status": 200, "headers": _SSE})
             pending = streamer.head()
@@ -366,9 +369,14 @@ class App:
                 finally:
                     await merged.aclose()
             await send({"type": "http.response.body", "body": b"", "more_body": False})
-            rt.metrics.requests.labels(route, "200").inc()
+            # A stream that ended in an error event counts as that error's status.
+            failed = streamer.failed
+            rt.metrics.requests.labels(route, str(failed.status if failed else 200)).inc()
+            if failed is None:
+                rt.metrics.e2e.observe(time.perf_counter() - start)
         except ClientDisconnected:
             rt.metrics.requests.labels(route, "499").inc()
+            rt.metrics.request_success.labels("abort").inc()
         except asyncio.CancelledError:
             if not abandoned:
                 raise
@@ -376,6 +384,7 @@ class App:
             # response incomplete makes the server close the connection.
             log.warning("%s: the client stopped reading its stream; closing it", route)
             rt.metrics.requests.labels(route, "429").inc()
+            rt.metrics.request_errors.labels("client_stalled").inc()
         finally:
             gone.cancel()
             streamer.close()
@@ -383,15 +392,19 @@ class App:
     async def _collect(self, receive: Any, send: Any, subs: Subs, work: Any, route: str) -> None:
         rt = self.runtime
         gone = self._watch(receive, subs)
+        start = time.perf_counter()
         try:
             status, body = await work
         except ClientDisconnected:
             rt.metrics.requests.labels(route, "499").inc()
+            rt.metrics.request_success.labels("abort").inc()
             return
         finally:
             gone.cancel()
             rt.finished()
         rt.metrics.requests.labels(route, str(status)).inc()
+        if status == 200:
+            rt.metrics.e2e.observe(time.perf_counter() - start)
         await _respond(send, status, api.encode(body))
 
     # ---- the rest --------------------------------------------------------------------------------
@@ -508,6 +521,7 @@ async def _gather(rt: Runtime, subs: Subs) -> tuple[int, Any] | _Gathered:
             if isinstance(item, Error):
                 for rid, _, sink in subs:
                     rt.abort(rid, sink)
+                rt.metrics.request_errors.labels(item.error.error_type).inc()
                 return item.error.status, api.error_body(item.error)
             got.texts[index].append(item.text)
             got.ids[index].extend(item.token_ids)
@@ -515,7 +529,14 @@ async def _gather(rt: Runtime, subs: Subs) -> tuple[int, Any] | _Gathered:
                 got.extras[index].append(item.extras)
             if isinstance(item, Done):
                 got.finals[index] = item
+                _count_finish(rt, item)
     return got
+
+
+def _count_finish(rt: Runtime, done: Any) -> None:
+    fr = done.finish_reason
+    reason = fr.openai_finish_reason if fr is not None else "unknown"
+    rt.metrics.request_success.labels(reason or "unknown").inc()
 
 
 class _Gathered:
@@ -610,6 +631,8 @@ class _Streamer:
         self.subs = subs
         self.open = set(range(len(subs)))
         self.tracker = _Tracker(rt.metrics)
+        #: The error the stream ended with, if it did (its status is the request's outcome).
+        self.failed: TokenwireError | None = None
 
     def head(self) -> bytes:
         return b""
@@ -620,6 +643,8 @@ class _Streamer:
 
     def error(self, err: TokenwireError) -> bytes:
         self.open.clear()
+        self.failed = err
+        self.rt.metrics.request_errors.labels(err.error_type).inc()
         return api.sse(api.error_body(err)) + api.SSE_DONE
 
     def close(self) -> None:
@@ -688,6 +713,7 @@ class _OpenAIStreamer(_Streamer):
                 out.append(self.error(item.error))
                 break
             self.open.discard(index)
+            _count_finish(self.rt, item)
             self.completion_tokens += item.completion_tokens
             self.cached_tokens += item.cached_tokens
             self.reasoning_tokens += item.reasoning_tokens
@@ -828,6 +854,7 @@ class _GenerateStreamer(_Streamer):
                 body["meta_info"]["completion_tokens"] = item.completion_tokens
             else:
                 self.open.discard(index)
+                _count_finish(self.rt, final)
             if self.plan.batch:
                 body["index"] = index
             out.append(api.sse(body) + (api.SSE_DONE if not self.open else b""))

@@ -52,8 +52,9 @@ class LoopHistogram:
 
 
 class Metrics:
-    """Requests by route and status, tokens in and out, time to first token, inter-token latency,
-    egress time per engine step, requests in flight."""
+    """Requests by route and status, tokens in and out, request outcomes by finish reason and by
+    error kind, time to first token, inter-token and end-to-end latency (vLLM's metric names
+    with a ``tokenwire:`` prefix), egress time per engine step, requests in flight."""
 
     def __init__(self) -> None:
         self.registry = CollectorRegistry()
@@ -64,21 +65,39 @@ class Metrics:
             ["route", "status"],
             registry=r,
         )
-        self.prompt_tokens = Counter("tokenwire_prompt_tokens", "Prompt tokens in", registry=r)
+        self.prompt_tokens = Counter("tokenwire:prompt_tokens", "Prompt tokens in", registry=r)
         self.generation_tokens = Counter(
-            "tokenwire_generation_tokens", "Generated tokens out", registry=r
+            "tokenwire:generation_tokens", "Generated tokens out", registry=r
+        )
+        self.request_success = Counter(
+            "tokenwire:request_success",
+            "Finished requests (each choice) by finish reason",
+            ["finished_reason"],
+            registry=r,
+        )
+        self.request_errors = Counter(
+            "tokenwire:request_errors",
+            "Requests ended by an error, by kind (the error's type)",
+            ["error_type"],
+            registry=r,
         )
         self.ttft = LoopHistogram(
-            "tokenwire_time_to_first_token_seconds",
+            "tokenwire:time_to_first_token_seconds",
             "Time to first token",
             registry=r,
             buckets=(0.001, 0.005, 0.01, 0.02, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10),
         )
         self.itl = LoopHistogram(
-            "tokenwire_inter_token_latency_seconds",
+            "tokenwire:inter_token_latency_seconds",
             "Time between streamed chunks",
             registry=r,
             buckets=(0.0005, 0.001, 0.005, 0.01, 0.02, 0.05, 0.1, 0.25, 0.5, 1),
+        )
+        self.e2e = LoopHistogram(
+            "tokenwire:e2e_request_latency_seconds",
+            "Time from submission to the end of the response",
+            registry=r,
+            buckets=(0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 20, 30, 60, 120, 300),
         )
         self.egress_step = LoopHistogram(
             "tokenwire_egress_step_seconds",
@@ -109,6 +128,16 @@ class EngineCollector:
             alive.add_metric([], 1 if getattr(self.engine, "alive", False) else 0)
         yield alive
         if stats is None:
+            # An engine without scheduler stats (the synthetic one) may still count its batch.
+            for name, attr, doc in (
+                ("tokenwire:num_requests_running", "running", "Requests in engine batches"),
+                ("tokenwire:num_requests_waiting", "waiting", "Requests waiting in engines"),
+            ):
+                value = getattr(self.engine, attr, None)
+                if isinstance(value, int):
+                    family = GaugeMetricFamily(name, doc, labels=["engine"])
+                    family.add_metric(["0"], float(value))
+                    yield family
             return
         for name, key, doc in (
             ("tokenwire:num_requests_running", "num_running_reqs", "Requests in engine batches"),
