@@ -133,3 +133,48 @@ def test_frontend_settings_from_vllms_args():
     )
     with pytest.raises(SystemExit):
         settings_from_args("{}")
+
+
+def test_logprobs_inline_and_in_aux_frames_become_the_frames_logprob_families():
+    import numpy as np
+
+    def arr(a: np.ndarray, aux: list | None = None):
+        if aux is None:
+            return [a.dtype.str, list(a.shape), msgspec.msgpack.Ext(3, a.tobytes())]
+        aux.append(a.tobytes())
+        return [a.dtype.str, list(a.shape), len(aux) - 1]
+
+    aux: list = []
+    ids = np.array([[7, 7, 3, 9], [8, 1, 8, 2]], dtype=np.int32)  # sampled, then the top three
+    lps = np.array([[-0.1, -0.1, -2.0, -3.0], [-0.5, -0.2, -0.5, -4.0]], dtype=np.float32)
+    prompt_ids = np.array([[5, 5, 6, 1]], dtype=np.int64)
+    prompt_lps = np.array([[-1.0, -1.0, -2.0, -2.5]], dtype=np.float32)
+    outputs = [
+        ["plain", [4]],
+        [
+            "lp",
+            [7, 8],
+            [arr(ids, aux), arr(lps, aux), arr(np.zeros(2, np.int32)), None],
+            [arr(prompt_ids), arr(prompt_lps), arr(np.zeros(1, np.int64))],
+        ],
+    ]
+    msg = wire.decode_outputs(msgspec.msgpack.encode([0, outputs]))
+    batch = wire.to_batch(msg.outputs, {}, {}, {"lp": (2, 1)}, aux)
+    d = batch.decoded
+    assert d.has_extras and d.extras_at(0) is None
+    ex = d.extras_at(1)
+    assert ex["out_lp"]["ids"].tolist() == [7, 8]
+    assert np.allclose(ex["out_lp"]["values"], [-0.1, -0.5])
+    assert ex["out_topk"]["poslens"].tolist() == [2, 2]
+    assert ex["out_topk"]["ids"].tolist() == [7, 3, 1, 8]
+    assert ex["in_lp"]["ids"].tolist() == [5] and ex["in_topk"]["ids"].tolist() == [5]
+    with pytest.raises(wire.CodecError):
+        wire.decode_array(["<i4", [2, 2], 5], aux)
+
+
+def test_a_request_for_no_tokens_gets_none_of_the_one_vllm_makes():
+    sp = wire.sampling_params_map(params(max_new_tokens=0, prompt_logprobs=1), 3, 512, EOS)
+    assert sp["max_tokens"] == 1 and sp["prompt_logprobs"] == 1
+    out = wire.decode_outputs(msgspec.msgpack.encode([0, [["z", [42], None, None, None, 1]]]))
+    d = wire.to_batch(out.outputs, {"z": 3}, {"z": 0}).decoded
+    assert d.tok_lens == [0] and d.finish_reasons[0] == FinishReason.length(0)

@@ -264,53 +264,99 @@ def test_engine_killed_mid_stream_gives_clean_errors_then_503(tw):
 PROMPTS = ["Hello", "The capital of France is", "def fib(n):", "你好，世界"]
 
 
-def test_same_ids_text_and_finish_as_stock_vllm(stock):
+@pytest.fixture(scope="module")
+def ours() -> Iterator[Server]:
     port = free_port()
-    with start(tokenwire_argv(port), vllm_process_env(), port) as ours:
-        for prompt in PROMPTS:
-            for extra in ({}, {"stop_token_ids": None}):
-                body = {"prompt": prompt, "max_tokens": 12, "temperature": 0, **extra}
-                a = ours.post("/v1/completions", body)["choices"][0]
-                b = stock.post("/v1/completions", {**body, "return_token_ids": True})
-                b_choice = b["choices"][0]
-                assert a["text"] == b_choice["text"], prompt
-                assert a["finish_reason"] == b_choice["finish_reason"]
-                assert a["stop_reason"] == b_choice["stop_reason"]
-                ids = greedy_ids(ours, prompt, 12)
-                assert ids == b_choice["token_ids"], prompt
-            # A stop token id, at the first generated id.
-            first = greedy_ids(ours, prompt, 1)[0]
-            body = {"prompt": prompt, "max_tokens": 12, "temperature": 0, "stop_token_ids": [first]}
+    with start(tokenwire_argv(port), vllm_process_env(), port) as srv:
+        yield srv
+
+
+def test_same_ids_text_and_finish_as_stock_vllm(stock, ours):
+    for prompt in PROMPTS:
+        for extra in ({}, {"stop_token_ids": None}):
+            body = {"prompt": prompt, "max_tokens": 12, "temperature": 0, **extra}
             a = ours.post("/v1/completions", body)["choices"][0]
-            b = stock.post("/v1/completions", body)["choices"][0]
-            assert (a["text"], a["finish_reason"], a["stop_reason"]) == (
-                b["text"],
-                b["finish_reason"],
-                b["stop_reason"],
-            )
-            # Streamed text equals too.
-            sa = "".join(
-                c.choices[0].text
-                for c in ours.client.completions.create(
-                    model=NAME, prompt=prompt, max_tokens=12, temperature=0, stream=True
-                )
-            )
-            sb = "".join(
-                c.choices[0].text
-                for c in stock.client.completions.create(
-                    model=NAME, prompt=prompt, max_tokens=12, temperature=0, stream=True
-                )
-            )
-            assert sa == sb, prompt
-        messages = [{"role": "user", "content": "Say hi"}]
-        a = ours.client.chat.completions.create(
-            model=NAME, messages=messages, max_tokens=10, temperature=0
+            b = stock.post("/v1/completions", {**body, "return_token_ids": True})
+            b_choice = b["choices"][0]
+            assert a["text"] == b_choice["text"], prompt
+            assert a["finish_reason"] == b_choice["finish_reason"]
+            assert a["stop_reason"] == b_choice["stop_reason"]
+            ids = greedy_ids(ours, prompt, 12)
+            assert ids == b_choice["token_ids"], prompt
+        # A stop token id, at the first generated id.
+        first = greedy_ids(ours, prompt, 1)[0]
+        body = {"prompt": prompt, "max_tokens": 12, "temperature": 0, "stop_token_ids": [first]}
+        a = ours.post("/v1/completions", body)["choices"][0]
+        b = stock.post("/v1/completions", body)["choices"][0]
+        assert (a["text"], a["finish_reason"], a["stop_reason"]) == (
+            b["text"],
+            b["finish_reason"],
+            b["stop_reason"],
         )
-        b = stock.client.chat.completions.create(
-            model=NAME, messages=messages, max_tokens=10, temperature=0
+        # Streamed text equals too.
+        sa = "".join(
+            c.choices[0].text
+            for c in ours.client.completions.create(
+                model=NAME, prompt=prompt, max_tokens=12, temperature=0, stream=True
+            )
         )
-        assert a.choices[0].message.content == b.choices[0].message.content
-        assert a.usage.prompt_tokens == b.usage.prompt_tokens
+        sb = "".join(
+            c.choices[0].text
+            for c in stock.client.completions.create(
+                model=NAME, prompt=prompt, max_tokens=12, temperature=0, stream=True
+            )
+        )
+        assert sa == sb, prompt
+    messages = [{"role": "user", "content": "Say hi"}]
+    a = ours.client.chat.completions.create(
+        model=NAME, messages=messages, max_tokens=10, temperature=0
+    )
+    b = stock.client.chat.completions.create(
+        model=NAME, messages=messages, max_tokens=10, temperature=0
+    )
+    assert a.choices[0].message.content == b.choices[0].message.content
+    assert a.usage.prompt_tokens == b.usage.prompt_tokens
+
+
+def _close(a: list, b: list) -> bool:
+    return len(a) == len(b) and all(abs(x - y) < 1e-3 for x, y in zip(a, b))
+
+
+def test_logprobs_and_prompt_logprobs_as_stock_vllm(stock, ours):
+    body = {"prompt": "The capital of France is", "max_tokens": 4, "temperature": 0, "logprobs": 3}
+    a = ours.post("/v1/completions", body)["choices"][0]["logprobs"]
+    b = stock.post("/v1/completions", body)["choices"][0]["logprobs"]
+    assert a["tokens"] == b["tokens"] and a["text_offset"] == b["text_offset"]
+    assert _close(a["token_logprobs"], b["token_logprobs"])
+    for ta, tb in zip(a["top_logprobs"], b["top_logprobs"]):
+        assert set(ta) == set(tb) and _close([ta[k] for k in tb], list(tb.values()))
+    # lm-eval's loglikelihood request: the prompt echoed with its logprobs, nothing generated.
+    body = {
+        "prompt": "Paris is a city",
+        "max_tokens": 0,
+        "echo": True,
+        "logprobs": 1,
+        "temperature": 0,
+    }
+    a = ours.post("/v1/completions", body)["choices"][0]
+    b = stock.post("/v1/completions", body)["choices"][0]
+    assert a["text"] == b["text"] == "Paris is a city"
+    assert a["logprobs"]["tokens"] == b["logprobs"]["tokens"]
+    assert a["logprobs"]["token_logprobs"][0] is None is b["logprobs"]["token_logprobs"][0]
+    assert _close(a["logprobs"]["token_logprobs"][1:], b["logprobs"]["token_logprobs"][1:])
+    # Chat: logprobs with top_logprobs.
+    chat = {
+        "messages": [{"role": "user", "content": "Hi"}],
+        "max_tokens": 3,
+        "temperature": 0,
+        "logprobs": True,
+        "top_logprobs": 2,
+    }
+    a = ours.post("/v1/chat/completions", chat)["choices"][0]["logprobs"]["content"]
+    b = stock.post("/v1/chat/completions", chat)["choices"][0]["logprobs"]["content"]
+    assert [x["token"] for x in a] == [x["token"] for x in b]
+    assert _close([x["logprob"] for x in a], [x["logprob"] for x in b])
+    assert [len(x["top_logprobs"]) for x in a] == [len(x["top_logprobs"]) for x in b]
 
 
 # ---- tokenwire-vllm-frontend, started by stock vllm serve ----------------------------------------

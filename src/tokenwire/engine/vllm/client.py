@@ -131,6 +131,8 @@ class VllmEngine:
         self._owner: dict[str, _Core] = {}
         self._prompt_lens: dict[str, int] = {}
         self._max_tokens: dict[str, int | None] = {}
+        #: Top counts (output, prompt; -1 for none) of requests that asked for logprobs.
+        self._logprobs: dict[str, tuple[int, int]] = {}
         self._pending_aborts: dict[bytes, list[str]] = {}
         self._abort_scheduled = False
         self._utility: dict[int, asyncio.Future[Any]] = {}
@@ -215,7 +217,8 @@ class VllmEngine:
             raise QueueFullError(f"the engine is not running ({self.dead_reason or 'not started'})")
         check_vllm_params(request)
         rid = request.rid
-        if request.params.max_new_tokens == 0:
+        p = request.params
+        if p.max_new_tokens == 0 and p.prompt_logprobs is None:
             self._finish_locally(request)
             return
         core = min((c for c in self._cores if c.alive), key=lambda c: len(c.in_flight))
@@ -237,7 +240,12 @@ class VllmEngine:
         core.in_flight.add(rid)
         self._owner[rid] = core
         self._prompt_lens[rid] = len(request.prompt_ids)
-        self._max_tokens[rid] = sampling["max_tokens"]
+        self._max_tokens[rid] = (
+            p.max_new_tokens if p.max_new_tokens == 0 else sampling["max_tokens"]
+        )
+        if p.logprobs is not None or p.prompt_logprobs is not None:
+            lp = p.logprobs if p.logprobs is not None else -1
+            self._logprobs[rid] = (lp, p.prompt_logprobs if p.prompt_logprobs is not None else -1)
 
     def abort(self, rid: str) -> None:
         core = self._forget(rid)
@@ -404,7 +412,17 @@ class VllmEngine:
                         self._malformed(buf, exc)
                         continue
                     if msg.outputs:
-                        batch = wire.to_batch(msg.outputs, self._prompt_lens, self._max_tokens)
+                        try:
+                            batch = wire.to_batch(
+                                msg.outputs,
+                                self._prompt_lens,
+                                self._max_tokens,
+                                self._logprobs or None,
+                                [f.buffer for f in frames[1:]],
+                            )
+                        except CodecError as exc:
+                            self._malformed(buf, exc)
+                            continue
                         for rid in batch.finished:
                             self._forget(rid)
                         output(batch.decoded)
@@ -489,6 +507,7 @@ class VllmEngine:
             core.in_flight.discard(rid)
             del self._prompt_lens[rid]
             del self._max_tokens[rid]
+            self._logprobs.pop(rid, None)
         return core
 
     def _flush_aborts(self) -> None:

@@ -20,6 +20,7 @@ not use are left undecoded.
 
 from __future__ import annotations
 
+import itertools
 import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -50,6 +51,8 @@ __all__ = [
     "OutputBatch",
     "UtilityOutput",
     "decode_add",
+    "decode_array",
+    "logprob_arrays",
     "decode_handshake",
     "decode_outputs",
     "decode_ready_response",
@@ -214,7 +217,9 @@ def sampling_params_map(
     max_tokens = params.max_new_tokens
     if max_tokens is None:
         max_tokens = max(max_model_len - prompt_len, 0) if max_model_len else 1 << 31
-    out["max_tokens"] = max_tokens
+    # vLLM generates at least one token; a request for none (prompt logprobs only) gets one, which
+    # the frontend drops.
+    out["max_tokens"] = max(max_tokens, 1)
     if params.min_new_tokens:
         out["min_tokens"] = params.min_new_tokens
     stop_ids = list(params.stop_token_ids or [])
@@ -233,6 +238,10 @@ def sampling_params_map(
         out["_eos_token_id"] = eos.eos_token_id
     if all_stops:
         out["_all_stop_token_ids"] = sorted(all_stops)
+    if params.logprobs is not None:
+        out["logprobs"] = params.logprobs
+    if params.prompt_logprobs is not None:
+        out["prompt_logprobs"] = params.prompt_logprobs
     if params.logit_bias:
         out["logit_bias"] = {int(k): float(v) for k, v in params.logit_bias.items()}
     structured = _structured_outputs(params)
@@ -342,6 +351,8 @@ def sampling_params_from_map(sp: dict[str, Any]) -> SamplingParams:
 # ---- outputs -------------------------------------------------------------------------------------
 
 
+#: vLLM's extension type for array bytes carried inline.
+_RAW_VIEW = 3
 #: A field kept undecoded (a nil until the engine sends something else).
 _NIL = msgspec.Raw(b"\xc0")
 
@@ -352,9 +363,11 @@ class EngineCoreOutput(msgspec.Struct, array_like=True, omit_defaults=True, gc=F
 
     request_id: str
     new_token_ids: list[int]
-    new_logprobs: msgspec.Raw = _NIL
-    new_prompt_logprobs_tensors: msgspec.Raw = _NIL
-    pooling_output: msgspec.Raw = _NIL
+    #: ``LogprobsLists`` / ``LogprobsTensors`` as decoded msgpack (arrays as
+    #: ``[dtype, shape, raw bytes or aux frame index]``), or None.
+    new_logprobs: Any = None
+    new_prompt_logprobs_tensors: Any = None
+    pooling_output: Any = None
     finish_reason: int | None = None
     stop_reason: int | str | None = None
 
@@ -378,7 +391,13 @@ class EngineCoreOutputs(msgspec.Struct, array_like=True, omit_defaults=True, gc=
     utility_output: UtilityOutput | None = None
 
 
-_outputs_decoder = msgspec.msgpack.Decoder(EngineCoreOutputs)
+def _ext_hook(code: int, data: memoryview) -> Any:
+    if code == _RAW_VIEW:
+        return data
+    raise CodecError(f"extension type {code} is not supported (only raw array bytes)")
+
+
+_outputs_decoder = msgspec.msgpack.Decoder(EngineCoreOutputs, ext_hook=_ext_hook)
 _outputs_encoder = msgspec.msgpack.Encoder()
 
 
@@ -408,6 +427,80 @@ def request_ids_in(payload: bytes | memoryview) -> list[str]:
 
 _REPETITION = FinishReason.from_json({"type": "repetition"})
 
+#: Torch dtype names (tensors) as numpy dtypes; numpy arrays carry ``dtype.str`` already.
+_TORCH_DTYPES = {"int64": "<i8", "int32": "<i4", "float32": "<f4", "float16": "<f2"}
+
+
+def decode_array(spec: Any, aux: Sequence[Any]) -> np.ndarray:
+    """An array as vLLM's encoder writes it: ``(dtype, shape, data)``, the data inline (raw
+    bytes) or the index of an aux frame of the message."""
+    try:
+        dtype, shape, data = spec
+        buf = aux[data] if isinstance(data, int) else data
+        if dtype == "bfloat16":
+            arr = (np.frombuffer(buf, "<u2").astype("<u4") << 16).view("<f4")
+        else:
+            arr = np.frombuffer(buf, np.dtype(_TORCH_DTYPES.get(dtype, dtype)))
+        return arr.reshape(shape)
+    except (TypeError, ValueError, IndexError) as exc:
+        raise CodecError(f"array: {exc}") from None
+
+
+def logprob_arrays(value: Any, aux: Sequence[Any]) -> tuple[np.ndarray, np.ndarray] | None:
+    """``(token ids, logprobs)``, each ``[positions, 1 + top]`` (column 0 the sampled or prompt
+    token), from a decoded ``LogprobsLists`` or ``LogprobsTensors`` field; None when it is nil."""
+    if value is None:
+        return None
+    if not isinstance(value, list) or len(value) < 2:
+        raise CodecError("logprobs are not a (token ids, logprobs, ...) tuple")
+    ids = decode_array(value[0], aux)
+    lps = decode_array(value[1], aux)
+    if ids.ndim != 2 or ids.shape != lps.shape:
+        raise CodecError("logprob arrays of different shapes")
+    return ids.astype(np.int32, copy=False), lps.astype(np.float32, copy=False)
+
+
+class _Family:
+    """One logprob family (``out`` or ``in``) of a step, gathered request by request."""
+
+    def __init__(self) -> None:
+        self.lens: list[int] = []
+        self.ids: list[np.ndarray] = []
+        self.values: list[np.ndarray] = []
+        self.top_ids: list[np.ndarray] = []
+        self.top_values: list[np.ndarray] = []
+        self.poslens: list[int] = []
+
+    def add(self, got: tuple[np.ndarray, np.ndarray] | None, top: int) -> None:
+        if got is None:
+            self.lens.append(0)
+            return
+        ids, lps = got
+        n = ids.shape[0]
+        k = min(top, ids.shape[1] - 1)
+        self.lens.append(n)
+        self.ids.append(ids[:, 0])
+        self.values.append(lps[:, 0])
+        self.top_ids.append(ids[:, 1 : 1 + k].reshape(-1))
+        self.top_values.append(lps[:, 1 : 1 + k].reshape(-1))
+        self.poslens += [k] * n
+
+    def families(self, kind: str) -> dict[str, tuple]:
+        if not self.ids:
+            return {}
+        offsets = np.zeros(len(self.lens) + 1, dtype=np.int64)
+        np.cumsum(self.lens, out=offsets[1:])
+        values = np.concatenate(self.values)
+        ids = np.concatenate(self.ids)
+        poslens = np.asarray(self.poslens, dtype=np.int64)
+        posoff = np.zeros(len(poslens) + 1, dtype=np.int64)
+        np.cumsum(poslens, out=posoff[1:])
+        tops = [np.concatenate(self.top_values), np.concatenate(self.top_ids)]
+        return {
+            f"{kind}_lp": (offsets.tolist(), [values, ids], None, None),
+            f"{kind}_topk": (offsets.tolist(), tops, poslens, posoff),
+        }
+
 
 class OutputBatch:
     """One output message turned into what the frontend needs: a ``Decoded`` step for the shard,
@@ -425,9 +518,76 @@ def to_batch(
     outputs: Sequence[EngineCoreOutput],
     prompt_lens: dict[str, int],
     max_tokens: dict[str, int | None],
+    logprobs: dict[str, tuple[int, int]] | None = None,
+    aux: Sequence[Any] = (),
 ) -> OutputBatch:
-    """Columns for the shard from one step's outputs. ``prompt_lens`` and ``max_tokens`` are the
-    frontend's per-request records (the engine does not repeat them)."""
+    """Columns for the shard from one step's outputs. ``prompt_lens``, ``max_tokens`` and
+    ``logprobs`` (top counts for output and prompt tokens, for requests that asked) are the
+    frontend's per-request records (the engine does not repeat them); ``aux`` are the message's
+    extra frames, where large logprob arrays travel. A request that asked for no tokens
+    (``max_tokens`` 0: vLLM made one) gets none."""
+    n = len(outputs)
+    if logprobs is None and not any(max_tokens.get(o.request_id, 1) == 0 for o in outputs):
+        # The common step: columns by comprehension, the finished few looked at one by one.
+        rids = [o.request_id for o in outputs]
+        chunks = [o.new_token_ids for o in outputs]
+        codes = [o.finish_reason for o in outputs]
+        finishes: list[FinishReason | None] = [None] * n
+        errors: list[tuple[str, str]] = []
+        finished: list[str] = []
+        if codes.count(None) != n:
+            failed = []
+            for j, code in enumerate(codes):
+                if code is not None:
+                    rid = rids[j]
+                    finished.append(rid)
+                    fin = _finish(code, outputs[j], chunks[j], max_tokens.get(rid))
+                    if fin is None:
+                        errors.append((rid, _error_message(code)))
+                        failed.append(j)
+                    finishes[j] = fin
+            for j in reversed(failed):
+                del rids[j], chunks[j], finishes[j]
+        tok_lens = list(map(len, chunks))
+        total = sum(tok_lens)
+        token_ids = np.fromiter(itertools.chain.from_iterable(chunks), np.int32, total)
+        get = prompt_lens.get
+        prompts = [get(rid, 0) for rid in rids]
+        decoded = Decoded(True, rids, tok_lens, token_ids, finishes, prompts)
+        return OutputBatch(decoded, errors, finished)
+    return _to_batch_general(outputs, prompt_lens, max_tokens, logprobs, aux)
+
+
+def _error_message(code: int) -> str:
+    return f"the engine failed the request (finish reason {code})"
+
+
+def _finish(
+    code: int, out: EngineCoreOutput, ids: list[int], max_tokens: int | None
+) -> FinishReason | None:
+    """tokenwire's finish reason for vLLM's code (None: the request failed, ``ERROR``)."""
+    if code == FINISH_STOP:
+        reason = out.stop_reason
+        if reason is None:  # EOS: the last token
+            return FinishReason.stop(ids[-1] if ids else None)
+        return FinishReason.stop(reason)
+    if code == FINISH_LENGTH:
+        return FinishReason.length(max_tokens)
+    if code == FINISH_ABORT:
+        return FinishReason.abort("aborted by the engine")
+    if code == FINISH_REPETITION:
+        return _REPETITION
+    return None  # FINISH_ERROR, or a code newer than this module
+
+
+def _to_batch_general(
+    outputs: Sequence[EngineCoreOutput],
+    prompt_lens: dict[str, int],
+    max_tokens: dict[str, int | None],
+    logprobs: dict[str, tuple[int, int]] | None,
+    aux: Sequence[Any],
+) -> OutputBatch:
+    """``to_batch`` request by request: logprobs, requests that asked for no tokens."""
     rids: list[str] = []
     tok_lens: list[int] = []
     chunks: list[list[int]] = []
@@ -436,28 +596,34 @@ def to_batch(
     errors: list[tuple[str, str]] = []
     finished: list[str] = []
     get_prompt = prompt_lens.get
+    lp_out: _Family | None = None
+    lp_in: _Family | None = None
     for out in outputs:
         rid = out.request_id
         ids = out.new_token_ids
         code = out.finish_reason
         fin: FinishReason | None = None
+        if max_tokens.get(rid, -1) == 0:
+            ids = []
+            if code is not None:
+                code = FINISH_LENGTH
         if code is not None:
             finished.append(rid)
-            if code == FINISH_STOP:
-                reason = out.stop_reason
-                if reason is None:  # EOS: the last token
-                    fin = FinishReason.stop(ids[-1] if ids else None)
-                else:
-                    fin = FinishReason.stop(reason)
-            elif code == FINISH_LENGTH:
-                fin = FinishReason.length(max_tokens.get(rid))
-            elif code == FINISH_ABORT:
-                fin = FinishReason.abort("aborted by the engine")
-            elif code == FINISH_REPETITION:
-                fin = _REPETITION
-            else:  # FINISH_ERROR, or a code newer than this module
-                errors.append((rid, f"the engine failed the request (finish reason {code})"))
+            fin = _finish(code, out, ids, max_tokens.get(rid))
+            if fin is None:
+                errors.append((rid, _error_message(code)))
                 continue
+        if logprobs is not None and (lp_out is not None or rid in logprobs):
+            if lp_out is None or lp_in is None:
+                lp_out, lp_in = _Family(), _Family()
+                for _ in rids:  # the requests before: none
+                    lp_out.add(None, 0)
+                    lp_in.add(None, 0)
+            top_out, top_in = logprobs.get(rid, (-1, -1))
+            got = logprob_arrays(out.new_logprobs, aux) if top_out >= 0 else None
+            lp_out.add(None if got is None else (got[0][: len(ids)], got[1][: len(ids)]), top_out)
+            got_in = logprob_arrays(out.new_prompt_logprobs_tensors, aux) if top_in >= 0 else None
+            lp_in.add(got_in, top_in)
         rids.append(rid)
         tok_lens.append(len(ids))
         chunks.append(ids)
@@ -465,7 +631,10 @@ def to_batch(
         prompts.append(get_prompt(rid, 0))
     flat = [t for c in chunks for t in c] if len(chunks) != 1 else chunks[0]
     token_ids = np.array(flat, dtype=np.int32) if flat else np.empty(0, dtype=np.int32)
-    decoded = Decoded(True, rids, tok_lens, token_ids, finishes, prompts)
+    families = None
+    if lp_out is not None and lp_in is not None:
+        families = lp_out.families("out") | lp_in.families("in")
+    decoded = Decoded(True, rids, tok_lens, token_ids, finishes, prompts, families or None)
     return OutputBatch(decoded, errors, finished)
 
 
