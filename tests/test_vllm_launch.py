@@ -14,7 +14,7 @@ from importlib import resources
 
 import pytest
 
-from vllm_helpers import free_port, wait_until
+from vllm_helpers import alive, children, free_port, wait_until
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="Linux process tree")
 
@@ -55,28 +55,6 @@ def serve(model: str, command: str) -> subprocess.Popen:
         stdin=subprocess.DEVNULL,
         start_new_session=True,
     )
-
-
-def children(pid: int) -> list[int]:
-    out = []
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                with open(f"/proc/{entry}/stat") as f:
-                    fields = f.read().rsplit(")", 1)[1].split()
-            except OSError:
-                continue
-            if int(fields[1]) == pid and fields[0] != "Z":
-                out.append(int(entry))
-    return out
-
-
-def alive(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except OSError:
-        return False
 
 
 SLEEPER = f"{sys.executable} -c 'import sys,time; print(\"child up\", flush=True); time.sleep(600)'"

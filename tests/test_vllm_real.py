@@ -24,7 +24,15 @@ import httpx
 import openai
 import pytest
 
-from vllm_helpers import free_port, metric, stop_process, vllm_env, vllm_process_env, wait_until
+from vllm_helpers import (
+    children,
+    free_port,
+    metric,
+    stop_process,
+    vllm_env,
+    vllm_process_env,
+    wait_until,
+)
 
 pytestmark = pytest.mark.vllm
 
@@ -218,16 +226,6 @@ def test_disconnect_mid_stream_aborts_in_vllm(tw):
     wait_until(lambda: running(tw) == 0, 10, "vLLM to drop the request")
 
 
-def _children(pid: int) -> list[int]:
-    out = []
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            with contextlib.suppress(OSError), open(f"/proc/{entry}/stat") as f:
-                if int(f.read().rsplit(")", 1)[1].split()[1]) == pid:
-                    out.append(int(entry))
-    return out
-
-
 def test_engine_killed_mid_stream_gives_clean_errors_then_503(tw):
     got: dict = {}
 
@@ -249,7 +247,7 @@ def test_engine_killed_mid_stream_gives_clean_errors_then_503(tw):
     t = threading.Thread(target=reader)
     t.start()
     wait_until(lambda: running(tw) >= 1, 30, "the stream to run")
-    (child,) = _children(tw.proc.pid)
+    (child,) = children(tw.proc.pid)
     os.killpg(child, signal.SIGKILL)  # the vLLM process group: its engine core included
     t.join(60)
     assert '"error"' in got["body"] and got["body"].endswith("data: [DONE]\n\n")
