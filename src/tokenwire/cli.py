@@ -79,6 +79,7 @@ def build_parser() -> argparse.ArgumentParser:
         "EngineCore protocol (default: %(default)s)",
     )
     _add_vllm_args(serve)
+    _add_scaleout_args(serve)
     serve.add_argument(
         "--host", default="127.0.0.1", help="address to listen on (default: %(default)s)"
     )
@@ -274,6 +275,79 @@ def _add_synthetic_args(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def _add_scaleout_args(serve: argparse.ArgumentParser) -> None:
+    serve.add_argument(
+        "--api-server-count",
+        type=int,
+        default=1,
+        help="API-server processes sharing the listening socket, each talking to every engine "
+        "(vLLM's topology; the synthetic engine then runs as tokenwire mock-engine processes, "
+        "one per --data-parallel-size) (default: %(default)s)",
+    )
+    # Set by the supervisor on the workers it starts (not for users).
+    serve.add_argument("--worker-index", type=int, default=0, help=argparse.SUPPRESS)
+    serve.add_argument("--worker-fds", default=None, help=argparse.SUPPRESS)
+    serve.add_argument("--worker-metrics-dir", default=None, help=argparse.SUPPRESS)
+
+
+def _supervise(args: argparse.Namespace, serve_args: list[str]) -> int:
+    """``--api-server-count N``: the supervisor over N workers and the shared engines."""
+    from tokenwire.engine.vllm.launch import VllmLauncher, free_port
+    from tokenwire.server.supervisor import SupervisorConfig, run_supervisor
+
+    logging.basicConfig(level=args.log_level.upper(), format="%(levelname)s %(name)s: %(message)s")
+    if args.data_parallel_size < 1:
+        raise SystemExit("tokenwire: --data-parallel-size must be at least 1")
+    mock_args: list[str] = []
+    launcher = None
+    handshake = None
+    if args.engine == "synthetic":
+        mock_args = [
+            "--synthetic-output", args.synthetic_output,
+            "--step-time-ms", str(args.step_time_ms),
+            "--max-batch-size", str(args.max_batch_size),
+            "--tokens-per-step", str(args.tokens_per_step),
+            "--eos-prob", str(args.eos_prob),
+            "--seed", str(args.seed),
+            "--log-level", args.log_level,
+        ]  # fmt: skip
+        if args.tokenizer:
+            mock_args += ["--tokenizer", args.tokenizer]
+        if args.max_model_len is not None:
+            mock_args += ["--max-model-len", str(args.max_model_len)]
+    elif args.handshake_address:
+        handshake = args.handshake_address
+    elif args.model:
+        port = free_port()
+        handshake = f"tcp://127.0.0.1:{port}"
+        extra = list(args.vllm_arg)
+        if args.max_model_len is not None and "--max-model-len" not in extra:
+            extra += ["--max-model-len", str(args.max_model_len)]
+        launcher = VllmLauncher(
+            args.model,
+            port=port,
+            command=shlex.split(args.vllm_command),
+            data_parallel_size=args.data_parallel_size,
+            extra_args=extra,
+        )
+    else:
+        raise SystemExit("tokenwire: --engine vllm needs --model (spawn) or --handshake-address")
+    return run_supervisor(
+        SupervisorConfig(
+            serve_args=serve_args,
+            host=args.host,
+            port=args.port,
+            workers=args.api_server_count,
+            engines=args.data_parallel_size,
+            engine=args.engine,
+            mock_args=mock_args,
+            launcher=launcher,
+            handshake_address=handshake,
+            ready_timeout=args.engine_start_timeout,
+        )
+    )
+
+
 def _add_vllm_args(serve: argparse.ArgumentParser) -> None:
     vllm = serve.add_argument_group("vLLM engine (--engine vllm)")
     vllm.add_argument(
@@ -369,6 +443,8 @@ def _serve(args: argparse.Namespace) -> int:
                 allowed_headers=tuple(args.allowed_headers),
                 allow_credentials=args.allow_credentials,
             ),
+            metrics_dir=args.worker_metrics_dir,
+            worker_index=args.worker_index,
         ),
     )
     banner = (
@@ -382,15 +458,24 @@ def _serve(args: argparse.Namespace) -> int:
     )
     if limits.hard_cap is not None:
         raise_open_files_limit(limits.hard_cap + 1024)
+    where: dict[str, Any] = {"host": args.host, "port": args.port}
+    if args.worker_fds:  # a worker of --api-server-count: the supervisor's socket
+        where = {"fd": int(args.worker_fds.split(",")[0])}
     config = uvicorn_config(
         app,
         limits,
-        host=args.host,
-        port=args.port,
+        **where,
         log_level=args.log_level,
         access_log=False,  # tokenwire's own, with durations
     )
-    _run_server(config, app, args.shutdown_timeout, banner, started_at, holder)
+    _run_server(
+        config,
+        app,
+        args.shutdown_timeout,
+        banner if args.worker_index == 0 else "",
+        started_at,
+        holder,
+    )
     return 0
 
 
@@ -415,6 +500,19 @@ def _vllm_engine(args: argparse.Namespace, tok: Any, holder: dict[str, Any]) -> 
 
     if args.data_parallel_size < 1:
         raise SystemExit("tokenwire: --data-parallel-size must be at least 1")
+    if args.worker_fds:  # a worker of --api-server-count: the supervisor did the handshake
+        _listen, input_fd, output_fd = (int(x) for x in args.worker_fds.split(","))
+        return VllmEngine(
+            tok,
+            VllmEngineConfig(
+                data_parallel_size=args.data_parallel_size,
+                input_fd=input_fd,
+                output_fd=output_fd,
+                client_index=args.worker_index,
+                ready_timeout=args.engine_start_timeout,
+                should_stop=lambda: bool(getattr(holder.get("server"), "should_exit", False)),
+            ),
+        )
     launcher = None
     if args.handshake_address:
         address = args.handshake_address
@@ -486,7 +584,7 @@ def _run_server(
     class Server(TokenwireServer):
         async def startup(self, sockets: list | None = None) -> None:
             await super().startup(sockets)
-            if self.started:
+            if self.started and banner:
                 took = time.perf_counter() - started_at
                 print(f"{banner} (ready in {took:.1f}s)", flush=True)
 
@@ -497,8 +595,11 @@ def _run_server(
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    raw = list(sys.argv[1:] if argv is None else argv)
+    args = build_parser().parse_args(raw)
     if args.command == "serve":
+        if args.api_server_count > 1 and not args.worker_fds:
+            return _supervise(args, raw[raw.index("serve") + 1 :])
         return _serve(args)
     if args.command == "mock-engine":
         return _mock_engine(args)

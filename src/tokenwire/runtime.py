@@ -15,6 +15,7 @@ import dataclasses
 import gc
 import itertools
 import logging
+import signal
 import time
 from dataclasses import dataclass
 
@@ -45,7 +46,7 @@ from tokenwire.messages.frames import (
 from tokenwire.server import api
 from tokenwire.server.features import Features
 from tokenwire.server.limits import DEFAULT_BODY_TIMEOUT, DEFAULT_MAX_REQUEST_BYTES
-from tokenwire.server.metrics import EngineCollector, Metrics
+from tokenwire.server.metrics import EngineCollector, Metrics, SharedMetrics
 from tokenwire.server.security import SecurityConfig
 from tokenwire.shard import DEFAULT_MAX_STALL, DetokShard
 from tokenwire.tokenizer import Tokenizer
@@ -54,6 +55,8 @@ __all__ = ["ServerConfig", "Runtime"]
 
 log = logging.getLogger("tokenwire.runtime")
 
+#: Seconds between snapshots of a worker's metrics (several API-server processes).
+_METRICS_PERIOD = 1.0
 #: Seconds between checks that the engine is still alive.
 _WATCHDOG_PERIOD = 0.5
 
@@ -79,6 +82,10 @@ class ServerConfig:
     features: Features = dataclasses.field(default_factory=Features)
     #: One log line per HTTP request (logger ``tokenwire.access``, level INFO).
     access_log: bool = True
+    #: With several API-server processes: the directory where each shares its metrics, and
+    #: this one's index (``tokenwire serve --api-server-count``).
+    metrics_dir: str | None = None
+    worker_index: int = 0
 
 
 class Runtime:
@@ -95,6 +102,13 @@ class Runtime:
         self.shard = DetokShard(self._abort_in_engine, max_stall=config.stall_timeout)
         self.metrics = Metrics()
         EngineCollector(engine, self.metrics.registry)
+        #: Set when several API-server processes share one /metrics.
+        self.shared_metrics = (
+            SharedMetrics(self.metrics.registry, config.metrics_dir, config.worker_index)
+            if config.metrics_dir
+            else None
+        )
+        self._metrics_task: asyncio.Task[None] | None = None
         self._ids = itertools.count()
         self._controls: dict[str, asyncio.Future[bytes]] = {}
         self._watchdog: asyncio.Task[None] | None = None
@@ -117,12 +131,34 @@ class Runtime:
         gc.collect()
         gc.freeze()
         self._watchdog = asyncio.get_running_loop().create_task(self._watch_engine())
+        if self.shared_metrics is not None:
+            loop = asyncio.get_running_loop()
+            self._metrics_task = loop.create_task(self._share_metrics())
+            # A sibling serving a scrape asks for this worker's counts as of now.
+            loop.add_signal_handler(signal.SIGUSR1, self.shared_metrics.write)
 
     async def close(self) -> None:
         if self._watchdog is not None:
             self._watchdog.cancel()
+        if self._metrics_task is not None:
+            self._metrics_task.cancel()
+            with contextlib.suppress(Exception):
+                asyncio.get_running_loop().remove_signal_handler(signal.SIGUSR1)
         await self.engine.close()
         self._fail_all(QueueFullError("the server is shutting down"))
+        if self.shared_metrics is not None:
+            with contextlib.suppress(OSError):
+                self.shared_metrics.write()  # the last counts are not lost
+
+    async def _share_metrics(self) -> None:
+        """Keep this worker's metrics snapshot fresh for the others' scrapes."""
+        assert self.shared_metrics is not None
+        while True:
+            await asyncio.sleep(_METRICS_PERIOD)
+            try:
+                self.shared_metrics.write()
+            except OSError as exc:
+                log.warning("cannot write the metrics snapshot: %s", exc)
 
     async def _watch_engine(self) -> None:
         """Should the engine die without a word, no request in flight is left waiting."""

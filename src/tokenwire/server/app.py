@@ -484,7 +484,12 @@ class App:
         await self._json_route(receive, send, "abort", abort)
 
     async def _metrics(self, receive: Any, send: Any) -> None:
-        body = generate_latest(self.runtime.metrics.registry)
+        shared = self.runtime.shared_metrics
+        if shared is not None:  # several API-server processes: every one's counts, as of now
+            await shared.refresh()
+            body = shared.render()
+        else:
+            body = generate_latest(self.runtime.metrics.registry)
         await _respond(send, 200, body, [(b"content-type", CONTENT_TYPE_LATEST.encode())])
 
 

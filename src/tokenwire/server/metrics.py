@@ -7,13 +7,19 @@ standard histogram format; counters and gauges are prometheus-client's own.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import json
+import os
+import signal
+import time
 from bisect import bisect_left
 from collections.abc import Iterator, Sequence
 
-from prometheus_client import CollectorRegistry, Counter, Gauge
-from prometheus_client.core import GaugeMetricFamily, HistogramMetricFamily
+from prometheus_client import CollectorRegistry, Counter, Gauge, generate_latest
+from prometheus_client.core import GaugeMetricFamily, HistogramMetricFamily, Metric
 
-__all__ = ["EngineCollector", "Metrics", "LoopHistogram"]
+__all__ = ["EngineCollector", "Metrics", "LoopHistogram", "SharedMetrics"]
 
 
 class LoopHistogram:
@@ -150,6 +156,125 @@ class EngineCollector:
                 if isinstance(value, (int, float)):
                     family.add_metric([str(rank)], float(value))
             yield family
+
+    def describe(self) -> list:
+        return []
+
+
+#: Gauges that describe the shared engines: every worker sees the same, so they merge by max.
+_ENGINE_GAUGES = frozenset(
+    {
+        "tokenwire:engines_alive",
+        "tokenwire:num_requests_running",
+        "tokenwire:num_requests_waiting",
+        "tokenwire:kv_cache_usage_perc",
+    }
+)
+
+
+class SharedMetrics:
+    """One ``/metrics`` for several API-server processes.
+
+    Each worker writes a snapshot of its registry (every sample, with its family's name, type and
+    help) to ``worker-<index>.json`` in a shared directory, atomically, on every scrape it serves
+    and periodically; a scrape merges every worker's latest snapshot: counters, histograms and
+    per-worker gauges add up, the engines' gauges (the same engines seen from every worker) take
+    the largest. ``tokenwire_api_server_requests_total{worker}`` says how the load spreads.
+    """
+
+    def __init__(self, registry: CollectorRegistry, directory: str, index: int) -> None:
+        self.registry = registry
+        self.directory = directory
+        self.index = index
+        self._path = os.path.join(directory, f"worker-{index}.json")
+
+    def write(self) -> None:
+        """Write this worker's snapshot."""
+        families = []
+        requests = 0.0
+        for fam in self.registry.collect():
+            samples = [
+                (s.name, s.labels, s.value) for s in fam.samples if not s.name.endswith("_created")
+            ]
+            families.append((fam.name, fam.type, fam.documentation, samples))
+            if fam.name == "tokenwire_requests":
+                requests = sum(v for n, _, v in samples if n.endswith("_total"))
+        families.append(
+            (
+                "tokenwire_api_server_requests",
+                "counter",
+                "HTTP requests served by each API-server process",
+                [("tokenwire_api_server_requests_total", {"worker": str(self.index)}, requests)],
+            )
+        )
+        tmp = f"{self._path}.{os.getpid()}.tmp"
+        with open(tmp, "w", encoding="utf-8") as f:
+            json.dump({"pid": os.getpid(), "families": families}, f)
+        os.replace(tmp, self._path)
+
+    def _snapshots(self) -> dict[str, dict]:
+        out = {}
+        for name in sorted(os.listdir(self.directory)):
+            if name.startswith("worker-") and name.endswith(".json"):
+                path = os.path.join(self.directory, name)
+                try:
+                    with open(path, encoding="utf-8") as f:
+                        out[path] = json.load(f)
+                except (OSError, ValueError):
+                    continue  # being replaced right now
+        return out
+
+    async def refresh(self, timeout: float = 0.25) -> None:
+        """Ask every other worker for a fresh snapshot (SIGUSR1) and wait for them, briefly."""
+        self.write()
+        since = time.time()
+        pending = []
+        for path, snap in self._snapshots().items():
+            pid = snap.get("pid")
+            if path != self._path and isinstance(pid, int):
+                with contextlib.suppress(OSError):
+                    os.kill(pid, signal.SIGUSR1)
+                    pending.append(path)
+        deadline = time.monotonic() + timeout
+        while pending and time.monotonic() < deadline:
+            await asyncio.sleep(0.005)
+            pending = [p for p in pending if _mtime(p) < since]
+
+    def render(self) -> bytes:
+        """The merged exposition of every worker's latest snapshot (call ``refresh`` first)."""
+        merged: dict[str, tuple[str, str, dict[tuple, list]]] = {}
+        for snap in self._snapshots().values():
+            for fam_name, kind, doc, samples in snap.get("families", []):
+                entry = merged.setdefault(fam_name, (kind, doc, {}))
+                for sample, labels, value in samples:
+                    key = (sample, tuple(sorted(labels.items())))
+                    if key not in entry[2]:
+                        entry[2][key] = [value]
+                    else:
+                        entry[2][key].append(value)
+        registry = CollectorRegistry()
+        registry.register(_Merged(merged))
+        return generate_latest(registry)
+
+
+def _mtime(path: str) -> float:
+    try:
+        return os.stat(path).st_mtime
+    except OSError:
+        return float("inf")  # gone: nothing to wait for
+
+
+class _Merged:
+    def __init__(self, merged: dict[str, tuple[str, str, dict[tuple, list]]]) -> None:
+        self.merged = merged
+
+    def collect(self) -> Iterator[Metric]:
+        for name, (kind, doc, samples) in self.merged.items():
+            fam = Metric(name, doc, kind)
+            for (sample, labels), values in samples.items():
+                value = max(values) if name in _ENGINE_GAUGES else sum(values)
+                fam.add_sample(sample, dict(labels), value)
+            yield fam
 
     def describe(self) -> list:
         return []

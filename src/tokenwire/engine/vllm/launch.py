@@ -21,7 +21,7 @@ import sys
 import threading
 from collections.abc import Sequence
 
-__all__ = ["VllmLauncher", "free_port"]
+__all__ = ["VllmLauncher", "die_with_parent", "free_port"]
 
 log = logging.getLogger("tokenwire.engine.vllm.child")
 
@@ -36,7 +36,8 @@ def free_port(host: str = "127.0.0.1") -> int:
         return s.getsockname()[1]
 
 
-def _die_with_parent() -> None:  # pragma: no cover - runs in the child between fork and exec
+def die_with_parent() -> None:  # pragma: no cover - runs in the child between fork and exec
+    """For ``preexec_fn``: a session of its own, and SIGTERM when the parent dies."""
     os.setsid()
     if sys.platform.startswith("linux"):
         import ctypes
@@ -90,7 +91,7 @@ class VllmLauncher:
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
             env=env,
-            preexec_fn=_die_with_parent,
+            preexec_fn=die_with_parent,
         )
         self._reader = threading.Thread(target=self._pump, name="vllm-log", daemon=True)
         self._reader.start()

@@ -1,0 +1,192 @@
+"""``tokenwire serve --api-server-count 2 --data-parallel-size 2``: two API-server processes over
+two ``tokenwire mock-engine`` processes, end to end with the official ``openai`` client; one
+/metrics for all; an engine, a worker or the whole server going away."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+
+import httpx
+import openai
+import pytest
+
+from vllm_helpers import alive, children, free_port, metric, wait_until
+
+pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="Linux process tree")
+
+MODEL = "scale-model"
+
+
+def descendants(pid: int) -> list[int]:
+    out, todo = [], [pid]
+    while todo:
+        for child in children(todo.pop()):
+            out.append(child)
+            todo.append(child)
+    return out
+
+
+def cmdline(pid: int) -> str:
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            return f.read().replace(b"\0", b" ").decode()
+    except OSError:
+        return ""
+
+
+class Scaled:
+    def __init__(self, proc: subprocess.Popen, url: str) -> None:
+        self.proc = proc
+        self.url = url
+        self.client = openai.OpenAI(base_url=url + "/v1", api_key="none", max_retries=0)
+
+    def role(self, word: str, rank: int | None = None) -> list[int]:
+        """Processes of the server whose command line has ``word`` (and the engine rank)."""
+        out = []
+        for pid in descendants(self.proc.pid):
+            line = cmdline(pid)
+            if word in line and (rank is None or f"--data-parallel-rank {rank} " in line + " "):
+                out.append(pid)
+        return out
+
+
+@contextlib.contextmanager
+def scaled(*extra: str) -> Iterator[Scaled]:
+    port = free_port()
+    argv = [sys.executable, "-m", "tokenwire", "serve", "--api-server-count", "2"]
+    argv += ["--data-parallel-size", "2", "--served-model-name", MODEL, "--port", str(port)]
+    argv += ["--log-level", "warning", "--disable-access-log", *extra]
+    proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL)
+    url = f"http://127.0.0.1:{port}"
+
+    def up() -> bool:
+        if proc.poll() is not None:
+            raise RuntimeError(f"the server exited with {proc.returncode}")
+        try:
+            return httpx.get(url + "/health", timeout=1).status_code == 200
+        except httpx.HTTPError:
+            return False
+
+    everyone: list[int] = []
+    try:
+        wait_until(up, 120, "the server")
+        srv = Scaled(proc, url)
+        wait_until(lambda: len(srv.role("serve --api-server-count")) == 2, 30, "the workers")
+        everyone = descendants(proc.pid)
+        yield srv
+    finally:
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGTERM)
+            try:
+                proc.wait(60)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+        for pid in everyone:
+            with contextlib.suppress(ProcessLookupError):
+                if alive(pid):
+                    os.kill(pid, signal.SIGKILL)
+
+
+def test_two_api_servers_over_two_engines_with_the_openai_client():
+    with scaled("--synthetic-output", "echo", "--step-time-ms", "2") as srv:
+        prompt = "one two three four five six"
+        out = srv.client.completions.create(model=MODEL, prompt=prompt, max_tokens=4)
+        assert out.choices[0].text == "one two three four"  # the echo engine: the prompt back
+        assert out.choices[0].finish_reason == "length" and out.usage.completion_tokens == 4
+        streamed = srv.client.completions.create(
+            model=MODEL, prompt=prompt, max_tokens=4, stream=True
+        )
+        assert "".join(c.choices[0].text for c in streamed) == out.choices[0].text
+        stop = srv.client.completions.create(
+            model=MODEL, prompt=prompt, max_tokens=6, stop=[" three"]
+        )
+        assert stop.choices[0].text == "one two" and stop.choices[0].finish_reason == "stop"
+        n2 = srv.client.completions.create(model=MODEL, prompt=prompt, max_tokens=3, n=2)
+        assert [c.text for c in n2.choices] == ["one two three"] * 2
+        chat = srv.client.chat.completions.create(
+            model=MODEL, messages=[{"role": "user", "content": "hi"}], max_tokens=3
+        )
+        assert chat.choices[0].message.content
+        done = []
+
+        def one() -> None:
+            r = httpx.post(
+                srv.url + "/v1/completions",
+                json={"model": MODEL, "prompt": prompt, "max_tokens": 3},
+                timeout=30,
+            )
+            done.append(r.status_code)
+
+        threads = [threading.Thread(target=one) for _ in range(30)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        assert done == [200] * 30
+        # One /metrics for the whole server: nothing counted twice, nothing lost.
+        total = 5 + 30
+        assert metric(srv.url, "tokenwire_requests_total") == total
+        per_worker = [
+            metric(srv.url, f'tokenwire_api_server_requests_total{{worker="{i}"}}') for i in (0, 1)
+        ]
+        assert sum(per_worker) == total and min(per_worker) > 0
+        assert metric(srv.url, "tokenwire:engines_alive") == 2
+        models = {httpx.get(srv.url + "/v1/models").json()["data"][0]["id"] for _ in range(6)}
+        assert models == {MODEL}
+
+
+def test_an_engine_dying_mid_load_fails_only_its_requests():
+    with scaled("--synthetic-output", "random", "--step-time-ms", "10") as srv:
+        bodies: list[str] = []
+
+        def reader() -> None:
+            with httpx.stream(
+                "POST",
+                srv.url + "/v1/completions",
+                json={"model": MODEL, "prompt": "x", "max_tokens": 300, "stream": True},
+                timeout=60,
+            ) as resp:
+                bodies.append("".join(resp.iter_text()))
+
+        threads = [threading.Thread(target=reader) for _ in range(8)]
+        for t in threads:
+            t.start()
+        wait_until(lambda: metric(srv.url, "tokenwire:num_requests_running") >= 8, 20, "load")
+        (engine,) = srv.role("mock-engine", rank=1)
+        os.kill(engine, signal.SIGKILL)
+        for t in threads:
+            t.join(60)
+        died = sum("the engine died" in b for b in bodies)
+        finished = sum('"finish_reason":"length"' in b for b in bodies)
+        assert died + finished == 8 and 0 < died < 8
+        assert httpx.get(srv.url + "/health").status_code == 200
+        assert metric(srv.url, "tokenwire:engines_alive") == 1
+        out = srv.client.completions.create(model=MODEL, prompt="x", max_tokens=2)
+        assert out.choices[0].finish_reason == "length"
+
+
+def test_a_worker_dying_stops_the_server_and_leaves_no_process():
+    with scaled("--step-time-ms", "5") as srv:
+        everyone = descendants(srv.proc.pid)
+        os.kill(srv.role("serve --api-server-count")[0], signal.SIGKILL)
+        assert srv.proc.wait(60) == 1
+        wait_until(lambda: not any(alive(p) for p in everyone), 30, "no process left")
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
+def test_a_signal_stops_every_worker_and_engine(sig):
+    with scaled("--step-time-ms", "5") as srv:
+        everyone = descendants(srv.proc.pid)
+        assert len(everyone) >= 4  # two workers, two engines
+        t0 = time.monotonic()
+        srv.proc.send_signal(sig)
+        assert srv.proc.wait(60) == 0
+        wait_until(lambda: not any(alive(p) for p in everyone), 30, "no process left")
+        assert time.monotonic() - t0 < 30
