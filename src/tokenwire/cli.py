@@ -284,7 +284,9 @@ def _add_scaleout_args(serve: argparse.ArgumentParser) -> None:
         "(vLLM's topology; the synthetic engine then runs as tokenwire mock-engine processes, "
         "one per --data-parallel-size) (default: %(default)s)",
     )
-    # Set by the supervisor on the workers it starts (not for users).
+    # One API server in the supervisor's topology (engines in their own processes): the N = 1
+    # baseline of bench/scale.py. Set by the supervisor on the workers it starts (not for users).
+    serve.add_argument("--force-supervisor", action="store_true", help=argparse.SUPPRESS)
     serve.add_argument("--worker-index", type=int, default=0, help=argparse.SUPPRESS)
     serve.add_argument("--worker-fds", default=None, help=argparse.SUPPRESS)
     serve.add_argument("--worker-metrics-dir", default=None, help=argparse.SUPPRESS)
@@ -598,7 +600,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     raw = list(sys.argv[1:] if argv is None else argv)
     args = build_parser().parse_args(raw)
     if args.command == "serve":
-        if args.api_server_count > 1 and not args.worker_fds:
+        if (args.api_server_count > 1 or args.force_supervisor) and not args.worker_fds:
             return _supervise(args, raw[raw.index("serve") + 1 :])
         return _serve(args)
     if args.command == "mock-engine":

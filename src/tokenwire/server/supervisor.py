@@ -73,7 +73,7 @@ def worker_argv(
         "-m",
         "tokenwire",
         "serve",
-        *serve_args,
+        *(a for a in serve_args if a != "--force-supervisor"),
         "--engine",
         "vllm",
         "--api-server-count",

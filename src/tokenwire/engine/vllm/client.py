@@ -233,7 +233,7 @@ class VllmEngine:
         )
         assert self._input_sync is not None
         try:
-            self._input_sync.send_multipart((core.identity, wire.ADD, payload), copy=False)
+            self._input_sync.send_multipart((core.identity, wire.ADD, payload))
         except zmq.ZMQError as exc:
             self._core_died(core, f"cannot reach engine rank {core.rank}: {exc}")
             raise QueueFullError(f"the engine is not reachable ({exc})") from None
