@@ -42,7 +42,7 @@ def test_sampling_map_greedy_seed_limits_and_structured_output():
     assert wire.sampling_params_map(params(max_new_tokens=None), 10, 512, EOS)["max_tokens"] == 502
     sp = wire.sampling_params_map(params(top_k=40, top_p=0.5, json_schema="{}"), 1, 512, EOS)
     assert sp["top_k"] == 40 and sp["top_p"] == 0.5
-    assert sp["structured_outputs"] == {"json": "{}"}
+    assert sp["structured_outputs"] == {"json": "{}", "_backend": "xgrammar"}
 
 
 def test_add_round_trip_is_an_engine_core_request_array():

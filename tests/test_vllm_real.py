@@ -226,6 +226,24 @@ def test_disconnect_mid_stream_aborts_in_vllm(tw):
     wait_until(lambda: running(tw) == 0, 10, "vLLM to drop the request")
 
 
+def test_structured_outputs_constrain_the_vllm_engine(tw):
+    raw = tw.post(
+        "/v1/completions",
+        {"prompt": "Answer:", "max_tokens": 10, "structured_outputs": {"regex": "(yes|no)"}},
+    )
+    assert raw["choices"][0]["text"] in ("yes", "no")
+    assert raw["choices"][0]["finish_reason"] == "stop"
+    raw = tw.post(
+        "/v1/chat/completions",
+        {
+            "messages": [{"role": "user", "content": "Pick"}],
+            "max_tokens": 10,
+            "structured_outputs": {"choice": ["red", "green"]},
+        },
+    )
+    assert raw["choices"][0]["message"]["content"] in ("red", "green")
+
+
 def test_engine_killed_mid_stream_gives_clean_errors_then_503(tw):
     got: dict = {}
 

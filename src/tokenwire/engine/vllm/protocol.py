@@ -175,6 +175,11 @@ def decode_ready_response(payload: bytes) -> dict[str, Any]:
 # ---- requests ------------------------------------------------------------------------------------
 
 
+#: The grammar backend vLLM engines are asked to use (vLLM's frontend picks one per request; an
+#: engine supports one, chosen by its first constrained request). xgrammar is vLLM's first choice.
+STRUCTURED_OUTPUTS_BACKEND = "xgrammar"
+
+
 @dataclass(frozen=True)
 class EngineEos:
     """What vLLM's own frontend derives from the model's configs for every request: the primary
@@ -191,7 +196,12 @@ class EngineEos:
 
 
 def sampling_params_map(
-    params: SamplingParams, prompt_len: int, max_model_len: int | None, eos: EngineEos
+    params: SamplingParams,
+    prompt_len: int,
+    max_model_len: int | None,
+    eos: EngineEos,
+    *,
+    structured_backend: str = STRUCTURED_OUTPUTS_BACKEND,
 ) -> dict[str, Any]:
     """vLLM's ``SamplingParams`` (non-default fields only) for one tokenwire request. Stop strings
     and regexes stay in the frontend; token-level stops, length and sampling go to the engine."""
@@ -244,22 +254,26 @@ def sampling_params_map(
         out["prompt_logprobs"] = params.prompt_logprobs
     if params.logit_bias:
         out["logit_bias"] = {int(k): float(v) for k, v in params.logit_bias.items()}
-    structured = _structured_outputs(params)
+    structured = _structured_outputs(params, structured_backend)
     if structured is not None:
         out["structured_outputs"] = structured
     return out
 
 
-def _structured_outputs(params: SamplingParams) -> dict[str, Any] | None:
+def _structured_outputs(params: SamplingParams, backend: str) -> dict[str, Any] | None:
+    out: dict[str, Any]
     if params.json_schema is not None:
-        return {"json": params.json_schema}
-    if params.regex is not None:
-        return {"regex": params.regex}
-    if params.ebnf is not None:
-        return {"grammar": params.ebnf}
-    if params.structural_tag is not None:
-        return {"structural_tag": params.structural_tag}
-    return None
+        out = {"json": params.json_schema}
+    elif params.regex is not None:
+        out = {"regex": params.regex}
+    elif params.ebnf is not None:
+        out = {"grammar": params.ebnf}
+    elif params.structural_tag is not None:
+        out = {"structural_tag": params.structural_tag}
+    else:
+        return None
+    out["_backend"] = backend  # set by vLLM's own frontend; the engine requires it
+    return out
 
 
 def encode_add(
