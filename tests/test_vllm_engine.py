@@ -114,6 +114,8 @@ def test_a_stop_string_aborts_the_engine_request(echo):
     assert raw["choices"][0]["stop_reason"] == "the end"
     wait_until(lambda: echo.running() == 0, 10, "the engine to drop the request")
     assert echo.engine.engines[0]["in_flight"] == before
+    # The mock engine reports max_model_len x max batch as its KV capacity.
+    assert metric(echo.url, "tokenwire:kv_cache_capacity_tokens") > 0
 
 
 def test_disconnect_mid_stream_aborts_in_the_engine(echo):

@@ -133,6 +133,15 @@ class EngineCollector:
         else:
             alive.add_metric([], 1 if getattr(self.engine, "alive", False) else 0)
         yield alive
+        capacity = GaugeMetricFamily(
+            "tokenwire:kv_cache_capacity_tokens",
+            "KV cache capacity in tokens, as each engine reported when it started",
+            labels=["engine"],
+        )
+        for e in engines or ():
+            if e.get("kv_capacity_tokens") is not None:
+                capacity.add_metric([str(e["rank"])], float(e["kv_capacity_tokens"]))
+        yield capacity
         if stats is None:
             # An engine without scheduler stats (the synthetic one) may still count its batch.
             for name, attr, doc in (
@@ -168,6 +177,7 @@ _ENGINE_GAUGES = frozenset(
         "tokenwire:num_requests_running",
         "tokenwire:num_requests_waiting",
         "tokenwire:kv_cache_usage_perc",
+        "tokenwire:kv_cache_capacity_tokens",
     }
 )
 

@@ -153,9 +153,16 @@ class VllmEngine:
 
     @property
     def engines(self) -> list[dict[str, Any]]:
-        """Each engine: rank, alive, requests in flight."""
+        """Each engine: rank, alive, requests in flight, KV cache capacity in tokens (from its
+        ready response; None when it did not say)."""
         return [
-            {"rank": c.rank, "alive": c.alive, "in_flight": len(c.in_flight)} for c in self._cores
+            {
+                "rank": c.rank,
+                "alive": c.alive,
+                "in_flight": len(c.in_flight),
+                "kv_capacity_tokens": _kv_capacity(c.ready),
+            }
+            for c in self._cores
         ]
 
     async def start(self, output: OutputCallback) -> None:
@@ -547,6 +554,16 @@ class VllmEngine:
             stats = msgspec.msgpack.decode(raw)
             if isinstance(stats, dict):
                 self.scheduler_stats[rank] = stats
+
+
+def _kv_capacity(ready: dict[str, Any]) -> int | None:
+    tokens = ready.get("kv_cache_size_tokens")
+    if isinstance(tokens, int):
+        return tokens
+    blocks, size = ready.get("num_gpu_blocks"), ready.get("block_size")
+    if isinstance(blocks, int) and isinstance(size, int) and blocks > 0:
+        return blocks * size
+    return None
 
 
 def _tune(sock: zmq.Socket) -> None:
