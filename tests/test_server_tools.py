@@ -242,3 +242,13 @@ def test_gpt_oss_harmony_reasoning_and_calls():
         content, reasoning, calls, finish, _, _ = _stream(s, text + END, tools=TOOLS)
         assert (content, reasoning, finish) == ("", "Need weather 🌧.", "tool_calls")
         assert [(c["name"], c["arguments"]) for c in calls] == [("get_weather", ARGS)]
+
+
+def test_parallel_tool_calls_false_keeps_the_first(tools_server):
+    text = "x" + CALL + "\n" + CALL.replace("get_weather", "other") + END
+    r = _chat(tools_server, text, tools=TOOLS, parallel_tool_calls=False)
+    assert [c.function.name for c in r.choices[0].message.tool_calls] == ["get_weather"]
+    _, _, calls, finish, _, _ = _stream(tools_server, text, tools=TOOLS, parallel_tool_calls=False)
+    assert [c["name"] for c in calls] == ["get_weather"] and finish == "tool_calls"
+    r = _chat(tools_server, text, tools=TOOLS)
+    assert [c.function.name for c in r.choices[0].message.tool_calls] == ["get_weather", "other"]

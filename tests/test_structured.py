@@ -241,3 +241,33 @@ def test_tool_choice_required_and_named_with_an_engine_that_constrains(monkeypat
         with pytest.raises(openai.BadRequestError) as exc:
             chat("{}", "required", response_format={"type": "json_object"})
         assert exc.value.body["param"] == "tool_choice"
+
+
+def test_langchain_with_structured_output(monkeypatch) -> None:
+    """LangChain's ``with_structured_output`` (JSON schema and function calling) against an
+    engine that constrains decoding; the synthetic one refuses it with a 400."""
+    lc = pytest.importorskip("langchain_openai")
+    from pydantic import BaseModel
+
+    from tokenwire.server.features import Features
+
+    import test_server_e2e
+
+    class Weather(BaseModel):
+        city: str
+        days: int
+
+    features = Features(chat_template="{{ messages[-1]['content'] }}<|im_end|>")
+    question = '{"city": "巴黎", "days": 3}'
+    with serve(SyntheticConfig(output="echo"), features=features) as s:
+        llm = lc.ChatOpenAI(base_url=s.url + "/v1", api_key="none", model=MODEL, max_retries=0)
+        with pytest.raises(openai.BadRequestError) as exc:
+            llm.with_structured_output(Weather, method="json_schema").invoke(question)
+        assert exc.value.body["param"] == "response_format"
+    monkeypatch.setattr(test_server_e2e, "SyntheticEngine", _Constraining)
+    with serve(SyntheticConfig(output="echo"), features=features) as s:
+        llm = lc.ChatOpenAI(base_url=s.url + "/v1", api_key="none", model=MODEL, max_retries=0)
+        for method in ("json_schema", "function_calling"):
+            got = llm.with_structured_output(Weather, method=method).invoke(question)
+            assert got == Weather(city="巴黎", days=3), method
+        assert json.loads(s.engine.seen[0].json_schema)["properties"]["days"]["type"] == "integer"

@@ -89,6 +89,8 @@ class Plan:
     prompt_logprobs: bool = False
     #: Chat: how outputs are parsed (reasoning, tool calls), None for plain text.
     output: OutputSpec | None = None
+    #: Chat: ``parallel_tool_calls: false`` keeps only the first call.
+    parallel_tool_calls: bool = True
     #: Chat: the message/delta keys the reasoning text goes under.
     reasoning_fields: tuple[str, ...] = ("reasoning",)
     id: str = field(default_factory=lambda: uuid.uuid4().hex)
@@ -560,6 +562,7 @@ def parse_chat(
         model,
         continuous_usage=continuous,
         output=spec,
+        parallel_tool_calls=body.get("parallel_tool_calls") is not False,
         reasoning_fields=features.reasoning_fields(),
         prompt_logprobs=params.prompt_logprobs is not None,
         **extras,

@@ -576,7 +576,12 @@ async def _collect_openai(
             lp = logprobs[index].take(got.ids[index], extras)
             prompt_logprobs = logprobs[index].prompt_logprobs
         if plan.route == "chat" and plan.output is not None:
-            parsed = ChoiceOutput(plan.output, rt.tokenizer, plan.reasoning_fields)
+            parsed = ChoiceOutput(
+                plan.output,
+                rt.tokenizer,
+                plan.reasoning_fields,
+                parallel=plan.parallel_tool_calls,
+            )
             choice["message"] = parsed.message(text, got.ids[index])
             if parsed.called and reason == "stop":
                 reason = "tool_calls"
@@ -672,7 +677,10 @@ class _OpenAIStreamer(_Streamer):
         self.parsed: list[ChoiceOutput] | None = None
         if plan.route == "chat" and plan.output is not None:
             spec, fields = plan.output, plan.reasoning_fields
-            self.parsed = [ChoiceOutput(spec, rt.tokenizer, fields) for _ in subs]
+            self.parsed = [
+                ChoiceOutput(spec, rt.tokenizer, fields, parallel=plan.parallel_tool_calls)
+                for _ in subs
+            ]
         self.logprobs = _choice_logprobs(rt, plan)
         # Choices whose first chunk is still to come (it carries the echoed prompt).
         self.fresh = set(range(len(subs))) if (plan.echo or self.logprobs) else set()

@@ -28,8 +28,11 @@ def _tool_call_entries(deltas: list) -> list[dict[str, Any]]:
 class ChoiceOutput:
     """One choice's output through its ``OutputParser``: stream deltas, or a whole message."""
 
-    def __init__(self, spec: OutputSpec, tok: Tokenizer, fields: Sequence[str]) -> None:
+    def __init__(
+        self, spec: OutputSpec, tok: Tokenizer, fields: Sequence[str], *, parallel: bool = True
+    ) -> None:
         skip = True
+        self.parallel = parallel
 
         def token_chars(ids: Sequence[int]) -> list[int]:
             return [len(tok.decode([i], skip)) for i in ids]
@@ -47,8 +50,13 @@ class ChoiceOutput:
     def reasoning_tokens(self) -> int:
         return self.parser.reasoning_tokens
 
+    def _calls(self, d: OutputDelta) -> list:
+        """The call deltas to pass on (only the first call's without parallel tool calls)."""
+        return d.tool_calls if self.parallel else [c for c in d.tool_calls if c.index == 0]
+
     def _delta(self, d: OutputDelta) -> dict[str, Any]:
         out: dict[str, Any] = {}
+        d.tool_calls = self._calls(d)
         if d.reasoning:
             for f in self.fields:
                 out[f] = d.reasoning
@@ -72,7 +80,7 @@ class ChoiceOutput:
         """The whole assistant message for a non-streamed response."""
         d = self.parser.feed(text, token_ids)
         d.extend(self.parser.finish())
-        calls = merge_tool_deltas(d.tool_calls)
+        calls = merge_tool_deltas(self._calls(d))
         msg: dict[str, Any] = {"role": "assistant", "content": d.content or None}
         if self.has_reasoning:
             for f in self.fields:
