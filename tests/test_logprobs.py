@@ -191,6 +191,14 @@ def test_limits_and_fields(echo) -> None:
             model=MODEL, messages=[{"role": "user", "content": "x"}], top_logprobs=2
         )
     assert exc.value.body["param"] == "top_logprobs"
+    with pytest.raises(openai.BadRequestError) as exc:
+        echo.client.chat.completions.create(
+            model=MODEL, messages=[{"role": "user", "content": "x"}], extra_body={"echo": True}
+        )
+    assert exc.value.body["param"] == "echo"
+    with pytest.raises(openai.BadRequestError) as exc:
+        echo.client.completions.create(model=MODEL, prompt="x", extra_body={"top_logprobs": 2})
+    assert exc.value.body["param"] == "top_logprobs"
     with serve(SyntheticConfig(output="echo"), features=Features(max_logprobs=2)) as s:
         with pytest.raises(openai.BadRequestError) as exc:
             s.client.completions.create(model=MODEL, prompt="x", logprobs=3)
@@ -251,3 +259,31 @@ def test_generate_logprobs_sglang_shapes(echo) -> None:
         assert last[key] == whole[key]
     r = httpx.post(echo.url + "/generate", json=body | {"top_logprobs_num": 21})
     assert r.status_code == 400 and r.json()["error"]["param"] == "top_logprobs_num"
+
+
+def test_logprob_rows_survive_a_slow_clients_merged_items() -> None:
+    """A client that reads slowly gets several steps merged into one item: the rows of the
+    merged extras are the steps' rows in order."""
+    from tokenwire.engine import EngineRequest
+    from tokenwire.messages.egress import EgressSink, Frame
+    from tokenwire.messages.frames import decode_batch_frame
+    from tokenwire.messages.sampling import SamplingParams
+    from tokenwire.server.logprobs import rows_from_extras
+
+    tok = real_tokenizer("default")
+    engine = SyntheticEngine(tok, SyntheticConfig(output="echo", tokens_per_step=2))
+    engine._alive = True
+    params = SamplingParams(max_new_tokens=6, logprobs=2, prompt_logprobs=1).normalize(tok)
+    engine.submit(EngineRequest("r", tok.encode(PROMPT), params))
+    engine._admit()
+    extras = [decode_batch_frame(engine._step()[0]).extras_at(0) for _ in range(3)]
+    sink = EgressSink(1)
+    for k, e in enumerate(extras):
+        item = Frame("r", [0, 0], None, 1, "ab", 2 * (k + 1), extras=e)
+        if sink.try_send(item) is not None:
+            assert sink.merge_into_last(item, 1 << 20)
+    (merged,) = sink.drain()
+    expected = [row for e in extras for row in rows_from_extras(e)]
+    assert rows_from_extras(merged.extras) == expected and len(expected) == 6
+    assert rows_from_extras(merged.extras, "in") == rows_from_extras(extras[0], "in")
+    assert len(rows_from_extras(merged.extras, "in")) == len(tok.encode(PROMPT)) - 1

@@ -210,6 +210,10 @@ def completion_logprobs_request(
 ) -> tuple[int | None, bool, int | None]:
     """``/v1/completions``: ``(logprobs, echo, prompt_logprobs)`` (vLLM's ``prompt_logprobs``,
     or ``logprobs`` for the echoed prompt)."""
+    if body.get("top_logprobs") is not None:
+        raise ValidationError(
+            "top_logprobs is a chat field; completions take logprobs: N", param="top_logprobs"
+        )
     top = _count(body, "logprobs", max_logprobs)
     echo = body.get("echo")
     if echo is not None and not isinstance(echo, bool):
@@ -226,6 +230,8 @@ def chat_logprobs_request(body: Any, max_logprobs: int) -> tuple[int | None, int
     flag = body.get("logprobs")
     if flag is not None and not isinstance(flag, bool):
         raise ValidationError(f"logprobs must be a boolean, got {flag!r}", param="logprobs")
+    if body.get("echo") not in (None, False):
+        raise ValidationError("echo is not supported for chat completions", param="echo")
     top = _count(body, "top_logprobs", max_logprobs)
     if top and not flag:
         raise ValidationError("top_logprobs needs logprobs: true", param="top_logprobs")
