@@ -16,6 +16,9 @@ __all__ = ["find_marker", "safe_length"]
 def safe_length(text: str, markers: Sequence[str]) -> int:
     """The length of the longest prefix of ``text`` after which no marker can still begin: the
     text minus its longest suffix that is a proper prefix of some marker."""
+    tail = text[1 - max(len(m) for m in markers) :] if len(markers) else ""
+    if not any(m[0] in tail for m in markers):
+        return len(text)  # no marker's first character near the end: nothing to hold
     keep = 0
     for m in markers:
         for k in range(min(len(m) - 1, len(text)), keep, -1):
