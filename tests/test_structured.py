@@ -271,3 +271,30 @@ def test_langchain_with_structured_output(monkeypatch) -> None:
             got = llm.with_structured_output(Weather, method=method).invoke(question)
             assert got == Weather(city="巴黎", days=3), method
         assert json.loads(s.engine.seen[0].json_schema)["properties"]["days"]["type"] == "integer"
+
+
+def test_openai_client_parse(monkeypatch) -> None:
+    """The openai client's ``.parse`` (a Pydantic model as response_format): a 400 naming
+    response_format from the synthetic engine, the parsed object from one that constrains."""
+    from pydantic import BaseModel
+
+    from tokenwire.server.features import Features
+
+    import test_server_e2e
+
+    class Weather(BaseModel):
+        city: str
+        days: int
+
+    features = Features(chat_template="{{ messages[-1]['content'] }}<|im_end|>")
+    messages = [{"role": "user", "content": '{"city": "Zürich", "days": 2}'}]
+    with serve(SyntheticConfig(output="echo"), features=features) as s:
+        with pytest.raises(openai.BadRequestError) as exc:
+            s.client.chat.completions.parse(model=MODEL, messages=messages, response_format=Weather)
+        assert exc.value.body["param"] == "response_format"
+    monkeypatch.setattr(test_server_e2e, "SyntheticEngine", _Constraining)
+    with serve(SyntheticConfig(output="echo"), features=features) as s:
+        r = s.client.chat.completions.parse(model=MODEL, messages=messages, response_format=Weather)
+        assert r.choices[0].message.parsed == Weather(city="Zürich", days=2)
+        schema = json.loads(s.engine.seen[0].json_schema)
+        assert schema["required"] == ["city", "days"] and schema["additionalProperties"] is False
