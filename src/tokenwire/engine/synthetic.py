@@ -4,8 +4,9 @@ Continuous batching on the event loop: every ``step_time`` seconds, up to ``max_
 running requests each get ``tokens_per_step`` tokens (more than one mimics speculative decoding),
 and the step goes out as one batch frame through the real codec. Output sources:
 
-- ``replay``: a realistic multilingual text, tokenized with the model's tokenizer; each request
-  replays one passage (chosen by its seed) and ends it with EOS, so output reads as text;
+- ``replay``: natural text in a dozen languages (packaged, permissively licensed), tokenized with
+  the model's tokenizer; each request replays one passage, chosen by a hash of its prompt and
+  seed, and ends it with EOS, so output reads as text and re-tokenizes to realistic counts;
 - ``echo``: the prompt's token ids in order, the first ``max_new_tokens`` of them, then ``length``
   (deterministic: a test knows the exact output);
 - ``random``: uniformly drawn non-special ids.
@@ -20,6 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import hashlib
 import logging
 import zlib
 from collections import deque
@@ -43,7 +45,7 @@ from tokenwire.messages.sampling import MAX_STOP_TOKEN_SEQUENCE_LEN
 if TYPE_CHECKING:
     from tokenwire.tokenizer import Tokenizer
 
-__all__ = ["SyntheticConfig", "SyntheticEngine", "OUTPUTS", "FAULTS"]
+__all__ = ["SyntheticConfig", "SyntheticEngine", "OUTPUTS", "FAULTS", "replay_passages"]
 
 log = logging.getLogger(__name__)
 
@@ -207,6 +209,18 @@ def _logprob_columns(rows: list[tuple[list, list]], ids: list[int]) -> tuple[lis
     ]
 
 
+def replay_passages() -> list[str]:
+    """The packaged natural texts ``replay`` output reads from (``_data/replay/*.txt``, one file
+    per language, passages separated by blank lines; licence in ``_data/replay/NOTICE``)."""
+    folder = resources.files("tokenwire") / "_data" / "replay"
+    out: list[str] = []
+    for entry in sorted(folder.iterdir(), key=lambda e: e.name):
+        if entry.name.endswith(".txt"):
+            text = entry.read_text(encoding="utf-8")
+            out.extend(p.strip("\n") for p in text.split("\n\n") if p.strip())
+    return out
+
+
 class SyntheticEngine:
     """The engine; see the module docstring."""
 
@@ -355,13 +369,30 @@ class SyntheticEngine:
             return req.prompt_ids
         if out == "replay":
             assert self._passages is not None
-            return self._passages[int(seq.uniform() * len(self._passages))]
+            return self._passages[self._passage_index(req, seq)]
         return []
 
+    def _passage_index(self, req: EngineRequest, seq: _Seq) -> int:
+        """The first passage a request replays: a hash of its prompt and seed, so different
+        prompts read differently and the same prompt and seed read the same. Without a seed, a
+        greedy request (temperature 0) hashes with the engine's seed (deterministic, as greedy
+        decoding is), a sampled one with its own request seed (each sample differs)."""
+        p = req.params
+        if p.sampling_seed is not None:
+            key = p.sampling_seed
+        elif p.top_k == 1:
+            key = self.config.seed
+        else:
+            key = seq.seed
+        h = hashlib.blake2b(np.asarray(req.prompt_ids, dtype=np.int64).tobytes(), digest_size=8)
+        h.update((key & _MASK64).to_bytes(8, "little"))
+        assert self._passages is not None
+        return int.from_bytes(h.digest(), "little") % len(self._passages)
+
     def _load_passages(self) -> None:
-        text = (resources.files("tokenwire") / "_data" / "replay.txt").read_text(encoding="utf-8")
-        passages = [p for p in text.split("\n\n") if p.strip()]
-        self._passages = [self.tokenizer.encode(p, add_special_tokens=False) for p in passages]
+        self._passages = [
+            self.tokenizer.encode(p, add_special_tokens=False) for p in replay_passages()
+        ]
 
     def _next_token(self, seq: _Seq) -> tuple[int | None, bool]:
         """The next token and whether the source says the output ends after it."""
