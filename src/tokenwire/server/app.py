@@ -439,10 +439,18 @@ class App:
         else:
             await self._error(send, QueueFullError("the engine is not running"), "health")
 
-    async def _json_route(self, receive: Any, send: Any, route: str, answer: Any) -> None:
-        """A small JSON route: ``answer(body)`` for the request's JSON body (None for a GET)."""
+    async def _json_route(
+        self, receive: Any, send: Any, route: str, answer: Any, *, pure: bool = False
+    ) -> None:
+        """A small JSON route: ``answer(body)`` for the request's JSON body (None for a GET);
+        a ``pure`` answer (no server state touched) runs off the event loop for a large body."""
         try:
-            out = await limits.parse_body(receive, answer) if receive is not None else answer(None)
+            if receive is None:
+                out = answer(None)
+            elif pure:
+                out = await limits.parse_body(receive, answer)
+            else:
+                out = answer(await _read_json(receive))
         except ClientDisconnected:
             return
         except TokenwireError as err:
@@ -455,13 +463,21 @@ class App:
         rt = self.runtime
         tok, model = rt.tokenizer, rt.config.model_name
         await self._json_route(
-            receive, send, "tokenize", lambda body: utility.tokenize(body, tok, model, rt.features)
+            receive,
+            send,
+            "tokenize",
+            lambda body: utility.tokenize(body, tok, model, rt.features),
+            pure=True,
         )
 
     async def _detokenize(self, receive: Any, send: Any) -> None:
         tok, model = self.runtime.tokenizer, self.runtime.config.model_name
         await self._json_route(
-            receive, send, "detokenize", lambda body: utility.detokenize(body, tok, model)
+            receive,
+            send,
+            "detokenize",
+            lambda body: utility.detokenize(body, tok, model),
+            pure=True,
         )
 
     async def _version(self, receive: Any, send: Any) -> None:
