@@ -13,7 +13,8 @@ synthetic engine at 20 ms a step) driven by raw asyncio clients.
    its header timeout, and /health meanwhile.
 5. Soak: N short requests, 64 at a time; server RSS and open descriptors at start, middle, end.
 
-Environment: STREAMS=1000 STORM=500 SLOWLORIS=500 SOAK=20000.
+Environment: STREAMS=1000 STORM=500 SLOWLORIS=500 SOAK=20000,
+SCENARIOS=held,non_reading,storm,slowloris,soak (a subset, in any order).
 """
 
 from __future__ import annotations
@@ -256,12 +257,15 @@ async def soak(port: int, pid: int) -> tuple[str, str, str]:
 
 
 async def main_async(port: int, pid: int) -> list[tuple[str, str, str]]:
-    rows = [await held(port)]
-    rows.append(await non_reading(port))
-    rows.append(await storm(port))
-    rows.append(await slowloris(port))
-    rows.append(await soak(port, pid))
-    return rows
+    chosen = os.environ.get("SCENARIOS", "held,non_reading,storm,slowloris,soak").split(",")
+    scenarios = {
+        "held": lambda: held(port),
+        "non_reading": lambda: non_reading(port),
+        "storm": lambda: storm(port),
+        "slowloris": lambda: slowloris(port),
+        "soak": lambda: soak(port, pid),
+    }
+    return [await scenarios[name]() for name in chosen]
 
 
 def main() -> None:

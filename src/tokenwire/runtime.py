@@ -45,7 +45,11 @@ from tokenwire.messages.frames import (
 )
 from tokenwire.server import api
 from tokenwire.server.features import Features
-from tokenwire.server.limits import DEFAULT_BODY_TIMEOUT, DEFAULT_MAX_REQUEST_BYTES
+from tokenwire.server.limits import (
+    DEFAULT_BODY_TIMEOUT,
+    DEFAULT_MAX_REQUEST_BYTES,
+    max_prompt_chars,
+)
 from tokenwire.server.metrics import EngineCollector, Metrics, SharedMetrics
 from tokenwire.server.security import SecurityConfig
 from tokenwire.shard import DEFAULT_MAX_STALL, DetokShard
@@ -119,6 +123,7 @@ class Runtime:
 
     async def start(self) -> None:
         self.tokenizer.decode_table(True)  # build the fast tables before the first request
+        max_prompt_chars(self.tokenizer)  # (a vocabulary scan)
         self.tokenizer.decode_table(False)
         await self.engine.start(self.on_output)
         engine_len = getattr(self.engine, "max_model_len", None)

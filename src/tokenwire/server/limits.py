@@ -152,20 +152,25 @@ def _steps(node: dict | None, key: str) -> list[dict]:
     return [node]
 
 
+def _spec(component: Any) -> dict | None:
+    return None if component is None else json.loads(component.__getstate__())
+
+
 @functools.lru_cache(maxsize=16)
 def _chars_per_token(tok: Tokenizer) -> int | None:
-    spec = json.loads(tok.hf.to_str())
-    pre = _steps(spec.get("pre_tokenizer"), "pretokenizers")
+    """(Scans the vocabulary: a fraction of a second, once; ``Runtime.start`` warms it.)"""
+    hf = tok.hf
+    pre = _steps(_spec(hf.pre_tokenizer), "pretokenizers")
     if any(
         p.get("type") not in _LOSSLESS_PRE
         or (p.get("type") == "Split" and p.get("behavior") == "Removed")
         for p in pre
     ):
         return None
-    norms = _steps(spec.get("normalizer"), "normalizers")
+    norms = _steps(_spec(hf.normalizer), "normalizers")
     if any(n.get("type") not in _SHRINKING_NORMALIZERS for n in norms):
         return None
-    longest = max(len(t) for t in tok.hf.get_vocab(with_added_tokens=True))
+    longest = max(len(t) for t in hf.get_vocab(with_added_tokens=True))
     return longest * (4 if norms else 1)
 
 
