@@ -36,3 +36,21 @@ def test_malformed_frame_aborts_the_request_in_the_engine():
         assert wait_until(lambda: s.engine.running == 0 and s.engine.waiting == 0, 5)
         assert s.engine.stats["aborted"] == 1 and s.engine.stats["finished"] == 0
         assert len(s.runtime.shard) == 0
+
+
+def test_a_handler_failing_unplanned_ends_its_requests_in_the_engine(monkeypatch):
+    from tokenwire.server import app as app_module
+
+    def broken(*args, **kwargs):
+        raise RuntimeError("a bug in response shaping")
+
+    # The first choice to finish trips the bug while the other is still being decoded.
+    monkeypatch.setattr(app_module, "_count_finish", broken)
+    with serve(SyntheticConfig(step_time=0.01)) as s:
+        body = {"model": MODEL, "prompt": "Hi", "max_tokens": 3000, "n": 2, "seed": 1}
+        body["stop_token_ids"] = []
+        resp = httpx.post(s.url + "/v1/completions", json=body, timeout=60)
+        assert resp.status_code == 500
+        assert resp.json()["error"]["code"] == 500 and "bug" not in resp.text
+        assert wait_until(lambda: s.engine.running == 0 and len(s.runtime.shard) == 0, 5)
+        assert s.engine.stats["aborted"] >= 1

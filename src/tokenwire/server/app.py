@@ -399,6 +399,11 @@ class App:
             rt.metrics.requests.labels(route, "499").inc()
             rt.metrics.request_success.labels("abort").inc()
             return
+        except BaseException:
+            # Whatever ends the request here ends it everywhere (the guard answers the client).
+            for rid, _, sink in subs:
+                rt.abort(rid, sink)
+            raise
         finally:
             gone.cancel()
             rt.finished()
