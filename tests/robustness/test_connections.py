@@ -51,6 +51,9 @@ def test_slowloris_headers_get_408_and_are_closed():
             time.sleep(0.1)
         answer = _read_all(sock)
         assert closed or answer.startswith(b"HTTP/1.1 408")
+        if answer:
+            err = msgspec.json.decode(answer.split(b"\r\n\r\n", 1)[1])["error"]
+            assert err["code"] == 408
         sock.close()
         assert httpx.get(s.url + "/health").status_code == 200
 
@@ -61,6 +64,9 @@ def test_connection_cap_answers_503_and_health_still_answers():
         idle = [_connect(s.port) for _ in range(8)]
         assert wait_until(lambda: len(s.server.server_state.connections) >= 8)
         with httpx.Client() as client:
+            # A request with a body, refused before it is read.
+            resp = client.post(s.url + "/v1/completions", json={"prompt": "x" * 5000})
+            assert resp.status_code == 503
             resp = client.get(s.url + "/v1/models")
             assert resp.status_code == 503
             err = msgspec.json.decode(resp.content)["error"]

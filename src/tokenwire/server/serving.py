@@ -29,7 +29,7 @@ from typing import Any
 import uvicorn
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
-from tokenwire.messages.errors import QueueFullError
+from tokenwire.messages.errors import QueueFullError, RequestTimeoutError
 from tokenwire.server import api
 
 __all__ = ["ConnectionLimits", "TokenwireServer", "connection_protocol", "raise_open_files_limit"]
@@ -85,6 +85,7 @@ class _LimitedProtocol(HttpToolsProtocol):
         super().__init__(*args, **kwargs)
         self._timer: asyncio.TimerHandle | None = None
         self._awaiting_headers = False
+        self._refused = False  # answered 503 over capacity: the rest of the request is ignored
 
     def _arm(self, seconds: float | None, callback: Any) -> None:
         self._disarm()
@@ -122,10 +123,19 @@ class _LimitedProtocol(HttpToolsProtocol):
         if cap is not None and len(self.connections) > cap:
             path = self.url.split(b"?", 1)[0]
             if path not in _ALWAYS:
+                self._refused = True
                 self.transport.write(_OVER_CAPACITY)
                 self.transport.close()
                 return
         super().on_headers_complete()
+
+    def on_body(self, body: bytes) -> None:
+        if not self._refused:
+            super().on_body(body)
+
+    def on_message_complete(self) -> None:
+        if not self._refused:
+            super().on_message_complete()
 
     def on_response_complete(self) -> None:
         super().on_response_complete()  # arms uvicorn's keep-alive (idle) timeout
@@ -143,7 +153,7 @@ class _LimitedProtocol(HttpToolsProtocol):
                 _raw_response(
                     408,
                     "Request Timeout",
-                    QueueFullError("the request headers did not arrive in time"),
+                    RequestTimeoutError("the request headers did not arrive in time"),
                 )
             )
             self.transport.close()
