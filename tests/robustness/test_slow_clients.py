@@ -52,7 +52,13 @@ def test_fifty_non_reading_clients_leave_a_reading_stream_alone():
         try:
             # Every one of them has stopped reading: its sink is full and merging.
             assert wait_until(lambda: _stalled(s, 50), 60)
-            loaded = min(_reading_stream(s.url, 100) for _ in range(3))
+            # Noise only adds time, so one run within the bound shows the property; a cost the
+            # stalled clients really add shows in every run (up to six on a busy machine).
+            loaded = float("inf")
+            for _ in range(6):
+                loaded = min(loaded, _reading_stream(s.url, 100))
+                if loaded <= 1.2 * unloaded:
+                    break
             assert _stalled(s, 50) and s.engine.running >= 50  # still there, still stalled
         finally:
             for sock in socks:
