@@ -5,14 +5,17 @@
 The workload is the peers' ``common.py`` one (256-token prompts, 200 generated ids per request,
 one token per request per step, LENGTH on the last step) with two stop strings per request that
 never occur, so every token is stop-checked. Batch frames are encoded once up front; the timed
-loop decodes each frame and runs the shard, which leaves one item per request per step in its
-sink (sinks are drained between steps, outside the timing, as a consumer would).
+loop decodes each frame and runs the shard, which leaves the step's chunks in the sinks (sinks
+are drained between steps, outside the timing, as a consumer would). A third row also times the
+consumers taking every request's chunk (``drain``, which builds each ``Frame`` from the step's
+columns), so the cost moved from the producer to the consumers is counted too.
 
 The same run times the peers' baseline, HF ``DecodeStream`` stepped per request with a stop check
 (``bench_baseline.py``'s ``decode+stop``), so the two land side by side; the JSON lines have the
 peers' shape and can be added to their table (vLLM OutputProcessor 5.3 µs/token and SGLang's three
 stages 22.7 µs/token at B=256, measured there).
-Environment: BATCHES=64,256,1024  RUNS=3.
+Environment: BATCHES=64,256,1024  RUNS=3  CLOCK=wall (or ``thread``: this thread's CPU time,
+steadier than wall time on a machine others load).
 """
 
 from __future__ import annotations
@@ -32,6 +35,7 @@ from tokenwire.shard import DetokShard
 from workload import BATCHES, STEPS, STOP, load_tokenizer, record, table, workload
 
 STOPS = [STOP, "<<END OF ANSWER>>"]  # two stop strings, neither in the corpus
+_clock = time.thread_time if os.environ.get("CLOCK", "wall") == "thread" else time.perf_counter
 
 
 def make_frames(work) -> list[bytes]:
@@ -45,7 +49,7 @@ def make_frames(work) -> list[bytes]:
     return frames
 
 
-def run_tokenwire(tok, work, frames):
+def run_tokenwire(tok, work, frames, take=False):
     shard = DetokShard()
     sinks = []
     for j, (p, _) in enumerate(work):
@@ -56,13 +60,20 @@ def run_tokenwire(tok, work, frames):
     elapsed = 0.0
     gc.collect()
     for frame in frames:
-        t0 = time.perf_counter()
+        t0 = _clock()
         shard.on_frame(decode_batch_frame(frame))
-        elapsed += time.perf_counter() - t0
+        t1 = _clock()
         for out, sink in zip(texts, sinks):
             for item in sink.drain():
                 out.append(item.event.text)
+        if take:
+            elapsed += _clock() - t1
+        elapsed += t1 - t0
     return elapsed, ["".join(t) for t in texts]
+
+
+def run_tokenwire_take(tok, work, frames):
+    return run_tokenwire(tok, work, frames, take=True)
 
 
 def run_hf_baseline(tok, work, _frames):
@@ -75,7 +86,7 @@ def run_hf_baseline(tok, work, _frames):
     elapsed = 0.0
     gc.collect()
     for s in range(STEPS):
-        t0 = time.perf_counter()
+        t0 = _clock()
         for i, (st, g) in enumerate(zip(streams, gens)):
             d = st.step(hf, g[s]) or ""
             if d:
@@ -83,7 +94,7 @@ def run_hf_baseline(tok, work, _frames):
                 full[i] = txt
                 if txt.find(stop, len(txt) - len(d) - ls + 1) != -1:
                     pass  # would finish the request here
-        elapsed += time.perf_counter() - t0
+        elapsed += _clock() - t0
     return elapsed, full
 
 
@@ -102,6 +113,7 @@ def main() -> None:
             for label, fn in (
                 ("HF DecodeStream + 1 stop (peers baseline)", run_hf_baseline),
                 ("tokenwire egress: frame + shard + sinks, 2 stops", run_tokenwire),
+                ("tokenwire egress + consumers taking every chunk", run_tokenwire_take),
             ):
                 fn(tok, work, frames)  # warm-up
                 times, bad = [], 0

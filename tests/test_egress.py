@@ -15,6 +15,7 @@ from tokenwire.messages.egress import (
     Error,
     Frame,
     SinkError,
+    StepChunks,
 )
 from tokenwire.messages.errors import ClientDisconnected, DecodeError
 from tokenwire.messages.finish_reason import FinishReason
@@ -174,3 +175,20 @@ async def test_producer_on_another_thread():
     t.join()
     assert ids == list(range(n))  # nothing lost, nothing reordered, merges included
     assert "".join(text) == "".join(str(i % 10) for i in range(n))
+
+
+def test_step_chunks_are_read_at_each_sinks_row():
+    """One step object queued in several sinks: each consumer gets its own ``Frame``; merging
+    into a queued step keeps its text and ids."""
+    step = StepChunks(["a", "b"], [7, 8], [3, 4], ["x", "yz"], [1, 5], {10: 0, 11: 1})
+    a, b = EgressSink(), EgressSink()
+    a.row, b.row = 10, 11
+    assert a.try_send(step) is None and b.try_send(step) is None
+    assert b.merge_into_last(Done.of(chunk("!", [9], 6, FinishReason.length(6))), 100)
+    got_a = a.get_nowait()
+    assert type(got_a) is Frame
+    assert (got_a.rid, got_a.token_ids, got_a.text, got_a.prompt_tokens) == ("a", [7], "x", 3)
+    assert got_a.completion_tokens == 1 and got_a.finish_reason is None
+    (got_b,) = b.drain()
+    assert type(got_b) is Done
+    assert (got_b.text, got_b.token_ids, got_b.completion_tokens) == ("yz!", [8, 9], 6)

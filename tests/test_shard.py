@@ -375,6 +375,35 @@ def test_streamed_equals_non_streamed(name):
     run()
 
 
+def test_a_step_is_queued_once_for_all_its_sinks():
+    """The fast step queues one shared object in every sink; each consumer still gets its own
+    request's ``Frame``, also after its slot went to a newer request."""
+    tok = byte_tokenizer()
+    shard = DetokShard()
+    sinks = {rid: EgressSink() for rid in "abc"}
+    for rid in "ab":
+        shard.register(rid, sinks[rid], tok, b("> "), SamplingParams(stop=["QQ"]).normalize(tok))
+
+    def step(rows, prompts):
+        header = [[r[0] for r in rows], [r[2] for r in rows], prompts, [1] * len(rows)]
+        shard.on_frame(decode_batch_frame(encode_batch_frame(header, [[r[1] for r in rows]])))
+
+    step([("a", b("x")[0], None), ("b", b("y")[0], None)], [2, 5])
+    assert sinks["a"]._dq[0] is sinks["b"]._dq[0]  # one object for the whole step
+    step([("a", b("z")[0], {"type": "length", "length": 2}), ("b", b("w")[0], None)], [2, 5])
+    shard.register("c", sinks["c"], tok, b("> "), SamplingParams().normalize(tok))
+    step([("c", b("v")[0], None), ("b", b("u")[0], None)], [9, 5])  # c has a's old slot
+    got = {rid: sink.drain() for rid, sink in sinks.items()}
+    assert [(i.rid, i.text, i.token_ids, i.completion_tokens) for i in got["a"]] == [
+        ("a", "x", b("x"), 1),
+        ("a", "z", b("z"), 2),
+    ]
+    assert isinstance(got["a"][-1], Done) and all(type(i) is Frame for i in got["b"])
+    assert "".join(i.text for i in got["b"]) == "ywu" and got["b"][-1].completion_tokens == 3
+    assert [i.prompt_tokens for i in got["b"]] == [5, 5, 5]
+    assert [(i.rid, i.text, i.prompt_tokens) for i in got["c"]] == [("c", "v", 9)]
+
+
 def test_many_requests_stepping_together_match_single_runs():
     """The columnar step (shared pre-checks, hold-back, exact path for a few) gives every request
     what it gets alone."""

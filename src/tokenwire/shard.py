@@ -23,12 +23,14 @@ tokens together (``DecodeBatch``), then, per request and per token in order:
    1, N + 1, 2N + 1... (SGLang's points; a step of several tokens goes out if it reaches one)
    and when it ends; in between they wait in the request's state.
 
-Delivery goes through each request's ``EgressSink``: when it is full, the delta is merged into
-the newest undelivered item (bounded by ``max_pending`` characters and token ids together, past
-which the request ends; so is a request whose client has not taken anything for ``max_stall``
-seconds, and its sink is abandoned); when it is closed, the request ends. Both abort the request
-in the engine. Not thread-safe: call it from one thread (the sinks' consumers may live
-elsewhere).
+Delivery goes through each request's ``EgressSink``. On the one-token-per-request path, the step's
+intermediate chunks are one ``StepChunks`` (columns for the whole step) that every sink queues;
+each consumer gets its own ``Frame`` when it takes the item. When a sink is full, the delta is
+merged into the newest undelivered item (bounded by ``max_pending`` characters and token ids
+together, past which the request ends; so is a request whose client has not taken anything for
+``max_stall`` seconds, and its sink is abandoned); when it is closed, the request ends. Both
+abort the request in the engine. Not thread-safe: call it from one thread (the sinks' consumers
+may live elsewhere).
 """
 
 from __future__ import annotations
@@ -41,7 +43,7 @@ import numpy as np
 
 from tokenwire.detok.batch import DecodeBatch
 from tokenwire.holdback import HoldBack
-from tokenwire.messages.egress import Done, EgressSink, Error, Frame
+from tokenwire.messages.egress import Done, EgressSink, Error, Frame, StepChunks
 from tokenwire.messages.errors import (
     DecodeError,
     InternalError,
@@ -265,6 +267,7 @@ class DetokShard:
         self._sid[rid] = sid
         self._by_sid[sid] = st
         self._sinks[sid] = sink
+        sink.row = sid
         self._ntok[sid] = 0
         self._mode[sid] = st.mode
         self._dslot[sid] = slot
@@ -440,40 +443,45 @@ class DetokShard:
                 at = np.minimum(np.searchsorted(pairs, keys), len(pairs) - 1)
                 hold |= (pairs[at] == keys) & (lens > 1)
             flags |= hold.view(np.int8)
-        id_list = ids.tolist()
-        sinks = self._sinks
         by_sid = self._by_sid
+        # Held text to look at (columnar: only the flagged requests go through Python).
+        for j in np.flatnonzero(flags == 1).tolist():
+            st = by_sid[sids[j]]
+            assert st is not None
+            text = texts[j]
+            held = st.held
+            if held:
+                window = held + text
+                # Held text and new text together may complete a stop string.
+                if text and any(s in window for s in st.stops):
+                    flags[j] = 2
+                    continue
+            else:
+                window = text
+            texts[j] = st.hold_back(window)
+            self._mode[st.sid] = 1 if st.held else 0
+        exact = np.flatnonzero(flags > 1).tolist()
+        # The rest share one columnar result: each sink queues the step, not an item of its own.
+        # (Lists, not arrays: a consumer reads its row with plain indexing.)
+        rows = np.zeros(len(by_sid), dtype=np.intp)
+        rows[sid_arr] = np.arange(n)
+        step = StepChunks(rids, ids.tolist(), prompt, texts, ntok.tolist(), rows.tolist())
+        out = sids if not exact else sid_arr[flags < 2].tolist()
+        sinks = self._sinks
         blocked = []
-        for j, rid, tid, pt, text, nt, sid, f in zip(
-            range(n), rids, id_list, prompt, texts, ntok.tolist(), sids, flags.tolist()
-        ):
-            if f:
-                if f > 1:
-                    continue  # the exact path, below
-                st = by_sid[sid]
-                assert st is not None
-                held = st.held
-                if held:
-                    window = held + text
-                    # Held text and new text together may complete a stop string.
-                    if text and any(s in window for s in st.stops):
-                        flags[j] = 2
-                        continue
-                else:
-                    window = text
-                text = st.hold_back(window)
-                self._mode[sid] = 1 if st.held else 0
-            item = Frame(rid, [tid], None, pt, text, nt)
+        for sid in out:
             # EgressSink.try_send, inline (the shard is the sinks' one producer).
             sink = sinks[sid]
             dq = sink._dq  # type: ignore[union-attr]
             if len(dq) < sink.capacity and not sink._closed:  # type: ignore[union-attr]
-                dq.append(item)
+                dq.append(step)
                 if sink._waiter is not None:  # type: ignore[union-attr]
                     sink._wake()  # type: ignore[union-attr]
             else:
-                blocked.append(item)
-        for j in np.flatnonzero(flags > 1).tolist():
+                blocked.append(sid)
+        if exact:
+            id_list = ids.tolist()
+        for j in exact:
             st = self._by_sid[sids[j]]
             assert st is not None
             self._ntok[st.sid] -= 1  # the exact path counts it again
@@ -485,9 +493,12 @@ class DetokShard:
                 self._decode_failed(st, errors[j], fin)
             else:
                 self._advance(st, [texts[j]], [id_list[j]], fin, prompt[j], None, row)
-        for item in blocked:
-            st = self._reqs.get(item.rid)
-            if st is not None and st.sink.try_send(item) is not None:
+        for sid in blocked:
+            st = by_sid[sid]
+            if st is None:
+                continue
+            item = step.chunk(sid)
+            if st.sink.try_send(item) is not None:
                 self._blocked(st, item, None)
 
     def _decode(

@@ -5,7 +5,10 @@
 ``SinkError.CLOSED`` (the client is gone). ``merge_into_last`` lets the producer fold a delta into
 the newest undelivered item instead of queueing (amortized O(1) per delta: the pieces are joined
 once, when the consumer takes the item), so a slow client costs bounded memory and work;
-``idle_for`` tells how long the consumer has not taken anything. The
+``idle_for`` tells how long the consumer has not taken anything. A producer may queue one
+``StepChunks`` (a decode step's chunks for many requests, in columns) in many sinks; each sink
+turns it into its own ``Frame`` when its consumer takes it, so consumers only ever see
+``Frame``, ``Done``, ``Control`` and ``Error``. The
 consumer side is awaitable; producer and consumer may run on different threads (the queue is a
 ``deque``, whose appends and pops are atomic, and wake-ups are handed to the consumer's event loop
 in one batch per loop iteration).
@@ -18,6 +21,7 @@ import enum
 import threading
 import time
 from collections import deque
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import msgspec
@@ -35,6 +39,7 @@ __all__ = [
     "Error",
     "Frame",
     "SinkError",
+    "StepChunks",
 ]
 
 #: Items a sink holds before ``try_send`` answers FULL.
@@ -91,6 +96,44 @@ def _fields(event: ChunkEvent) -> tuple:
         event.cached_tokens,
         event.reasoning_tokens,
     )
+
+
+class StepChunks:
+    """One decode step's intermediate chunks for many requests, in columns (``rids``,
+    ``token_ids``, ``prompt_tokens``, ``texts``, ``completion_tokens``: one entry per request of
+    the step). Every sink that takes part queues this one object instead of a ``Frame`` of its
+    own; ``rows`` maps a sink's row (``EgressSink.row``, given by its producer) to its entry, and
+    the sink hands its consumer ``chunk(row)``, a ``Frame``, when the consumer takes it."""
+
+    __slots__ = ("completion_tokens", "prompt_tokens", "rids", "rows", "texts", "token_ids")
+
+    def __init__(
+        self,
+        rids: list[str],
+        token_ids: list[int],
+        prompt_tokens: list[int],
+        texts: list[str],
+        completion_tokens: list[int],
+        rows: Sequence[int] | Mapping[int, int],
+    ) -> None:
+        self.rids = rids
+        self.token_ids = token_ids
+        self.prompt_tokens = prompt_tokens
+        self.texts = texts
+        self.completion_tokens = completion_tokens
+        self.rows = rows
+
+    def chunk(self, row: int) -> Frame:
+        """The ``Frame`` of the request at ``row``: one token, no finish."""
+        j = self.rows[row]
+        return Frame(
+            self.rids[j],
+            [self.token_ids[j]],
+            None,
+            self.prompt_tokens[j],
+            self.texts[j],
+            self.completion_tokens[j],
+        )
 
 
 class Control(msgspec.Struct, gc=False):
@@ -196,8 +239,11 @@ class _Merged:
         )
 
 
-def _taken(item: Any) -> Any:
-    return item.chunk() if type(item) is _Merged else item
+def _taken(item: Any, row: int) -> Any:
+    kind = type(item)
+    if kind is StepChunks:
+        return item.chunk(row)
+    return item.chunk() if kind is _Merged else item
 
 
 class EgressSink:
@@ -212,6 +258,7 @@ class EgressSink:
         "_waiter",
         "capacity",
         "on_abandon",
+        "row",
     )
 
     def __init__(self, capacity: int = DEFAULT_SINK_CAPACITY) -> None:
@@ -227,6 +274,8 @@ class EgressSink:
         #: Called (on the producer's thread) when the producer gives up on a consumer that has
         #: stopped taking items (``abandon``); the consumer's owner uses it to end the response.
         self.on_abandon: Any = None
+        #: This sink's row in the ``StepChunks`` its producer queues (set by the producer).
+        self.row = -1
 
     # ---- producer --------------------------------------------------------------------------------
 
@@ -262,6 +311,8 @@ class EgressSink:
         except IndexError:
             dq.append(item)
             return True
+        if type(last) is StepChunks:
+            last = last.chunk(self.row)
         if type(last) is _Merged:
             merged = last
         elif isinstance(last, (Frame, Done)):
@@ -323,14 +374,15 @@ class EgressSink:
         """The next item; ``IndexError`` when none is waiting."""
         item = self._dq.popleft()
         self._taken_at = time.monotonic()
-        return _taken(item)
+        return _taken(item, self.row)
 
     def drain(self) -> list[Any]:
         """Every item waiting now."""
         out = []
         dq = self._dq
+        row = self.row
         while dq:
-            out.append(_taken(dq.popleft()))
+            out.append(_taken(dq.popleft(), row))
         self._taken_at = time.monotonic()
         return out
 
@@ -340,7 +392,7 @@ class EgressSink:
         while True:
             if dq:
                 self._taken_at = time.monotonic()
-                return _taken(dq.popleft())
+                return _taken(dq.popleft(), self.row)
             if self._closed:
                 raise ClientDisconnected("the response channel is closed")
             notifier = self._notifier
