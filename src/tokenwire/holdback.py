@@ -36,15 +36,22 @@ def prefix_function(s: str) -> tuple[int, ...]:
     return tuple(pi)
 
 
+@lru_cache(maxsize=4096)
+def _automata(stops: tuple[str, ...]) -> tuple[tuple[str, ...], tuple[tuple[int, ...], ...]]:
+    """The stop strings worth holding text back for, and their prefix functions (shared by every
+    stream with the same stop strings)."""
+    # A one-character stop string has no proper non-empty prefix: nothing to hold for it.
+    kept = tuple(s for s in stops if len(s) > 1)
+    return kept, tuple(prefix_function(s) for s in kept)
+
+
 class HoldBack:
     """The hold-back state of one stream over its stop strings (plain, synchronous)."""
 
     __slots__ = ("_pis", "_states", "_stops", "held")
 
     def __init__(self, stops: Sequence[str]) -> None:
-        # A one-character stop string has no proper non-empty prefix: nothing to hold for it.
-        self._stops = tuple(s for s in stops if len(s) > 1)
-        self._pis = tuple(prefix_function(s) for s in self._stops)
+        self._stops, self._pis = _automata(tuple(stops))
         #: Per stop string: the length of its longest prefix that ends the text seen so far.
         self._states = [0] * len(self._stops)
         #: The text held back: the longest suffix of the text that is a proper prefix of a stop.

@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Sequence
+from functools import lru_cache
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -72,9 +73,7 @@ class _Req:
     __slots__ = (
         "batch",
         "hb",
-        "hold_firsts",
         "interval",
-        "hold_pairs",
         "min_new",
         "no_trim",
         "regexes",
@@ -112,12 +111,6 @@ class _Req:
         stops = params.stop_strs if params.stop_strs is not None else _as_list(params.stop)
         self.stops: tuple[str, ...] = tuple(stops)
         self.hb = HoldBack(self.stops)  # text held back: it may start a stop string
-        # For the step-wide pre-check: one-character prefixes, and the last two characters of the
-        # longer ones (as ``code << 21 | code``).
-        self.hold_firsts = frozenset(s[0] for s in self.stops if len(s) > 1)
-        self.hold_pairs = frozenset(
-            (ord(s[k - 2]) << 21) | ord(s[k - 1]) for s in self.stops for k in range(2, len(s))
-        )
         self.regexes = tuple(params.stop_regexes)
         keep = max((r.max_len + r.needs_next for r in self.regexes), default=0)
         # Recent text, for regexes whose matches start in delivered text: as much as the longest
@@ -188,6 +181,17 @@ def _as_list(value: str | list[str] | None) -> list[str]:
     return [value] if isinstance(value, str) else list(value)
 
 
+@lru_cache(maxsize=4096)
+def _hold_keys(stops: tuple[str, ...]) -> tuple[frozenset[str], frozenset[int]]:
+    """For the step-wide pre-check: the stop strings' one-character prefixes, and the last two
+    characters of their longer proper prefixes (as ``code << 21 | code``)."""
+    firsts = frozenset(s[0] for s in stops if len(s) > 1)
+    pairs = frozenset(
+        (ord(s[k - 2]) << 21) | ord(s[k - 1]) for s in stops for k in range(2, len(s))
+    )
+    return firsts, pairs
+
+
 _SEP = "\x00"
 #: Past this many different stop strings among the live requests, each request checks its own.
 _MAX_SHARED_STOPS = 64
@@ -219,12 +223,9 @@ class DetokShard:
         self._mode = np.full(0, 2, dtype=np.int8)
         self._dslot = np.zeros(0, dtype=np.intp)  # slot in its DecodeBatch
         self._bidx = np.zeros(0, dtype=np.intp)  # index of its DecodeBatch
-        # Stop strings and hold-back characters of the live requests (with counts), for the
-        # step-wide pre-check.
-        self._stop_refs: dict[str, int] = {}
-        self._first_refs: dict[str, int] = {}
-        self._pair_refs: dict[int, int] = {}
-        self._prechecks: tuple[tuple[str, ...], np.ndarray, bool] | None = None
+        # The live requests' lists of stop strings (with counts), for the step-wide pre-check.
+        self._stop_refs: dict[tuple[str, ...], int] = {}
+        self._prechecks: tuple[tuple[str, ...], np.ndarray, np.ndarray, bool] | None = None
 
     def __len__(self) -> int:
         return len(self._reqs)
@@ -288,19 +289,17 @@ class DetokShard:
         return sid
 
     def _count(self, st: _Req, delta: int) -> None:
-        for refs, keys in (
-            (self._stop_refs, st.stops),
-            (self._first_refs, st.hold_firsts),
-            (self._pair_refs, st.hold_pairs),
-        ):
-            for k in keys:
-                n = refs.get(k, 0) + delta
-                if n:
-                    refs[k] = n
-                else:
-                    del refs[k]
-        if st.stops:
-            self._prechecks = None  # recomputed on the next step
+        stops = st.stops
+        if not stops:
+            return
+        refs = self._stop_refs
+        n = refs.get(stops, 0) + delta
+        if n:
+            refs[stops] = n
+        else:
+            del refs[stops]
+        if n == delta or not n:
+            self._prechecks = None  # a list came or went: recomputed on the next step
 
     def fail(self, rid: str, error: TokenwireError) -> None:
         """The request failed (an engine error): deliver ``Error``, forget it."""
@@ -527,11 +526,17 @@ class DetokShard:
         is not worth it (a stop string containing the separator, or so many different stop
         strings that checking each request's own is cheaper)."""
         if self._prechecks is None:
-            stops = tuple(self._stop_refs)
-            codes = [ord(c) for c in self._first_refs]
+            stops = tuple(dict.fromkeys(s for group in self._stop_refs for s in group))
+            first_set: set[str] = set()
+            pair_set: set[int] = set()
+            for group in self._stop_refs:
+                group_firsts, group_pairs = _hold_keys(group)
+                first_set |= group_firsts
+                pair_set |= group_pairs
+            codes = [ord(c) for c in first_set]
             firsts = np.zeros(max(codes, default=-1) + 2, dtype=bool)
             firsts[codes] = True
-            pairs = np.array(sorted(self._pair_refs), dtype=np.int64)
+            pairs = np.array(sorted(pair_set), dtype=np.int64)
             per_request = len(stops) > _MAX_SHARED_STOPS or any(_SEP in s for s in stops)
             self._prechecks = (stops, firsts, pairs, per_request)
         return self._prechecks
