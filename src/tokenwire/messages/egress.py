@@ -382,7 +382,13 @@ class EgressSink:
         dq = self._dq
         row = self.row
         while dq:
-            out.append(_taken(dq.popleft(), row))
+            item = dq.popleft()
+            kind = type(item)
+            if kind is StepChunks:
+                item = item.chunk(row)
+            elif kind is _Merged:
+                item = item.chunk()
+            out.append(item)
         self._taken_at = time.monotonic()
         return out
 
