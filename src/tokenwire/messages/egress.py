@@ -103,7 +103,8 @@ class StepChunks:
     ``token_ids``, ``prompt_tokens``, ``texts``, ``completion_tokens``: one entry per request of
     the step). Every sink that takes part queues this one object instead of a ``Frame`` of its
     own; ``rows`` maps a sink's row (``EgressSink.row``, given by its producer) to its entry, and
-    the sink hands its consumer ``chunk(row)``, a ``Frame``, when the consumer takes it."""
+    the sink hands its consumer ``chunk(row)``, a ``Frame``, when the consumer takes it. (A sink
+    keeps at most its capacity of steps alive: a full sink merges into a ``Frame`` instead.)"""
 
     __slots__ = ("completion_tokens", "prompt_tokens", "rids", "rows", "texts", "token_ids")
 
