@@ -135,3 +135,21 @@ def test_real_tokenizer_sizes(name):
         tok.validate_prompt_ids([tok.vocab_size, tok.model_vocab_size - 1])
         with pytest.raises(DecodeError):
             tok.decode([tok.vocab_size])
+
+
+@pytest.mark.parametrize("name", ["qwen3", "llama2", "minilm_bert"])
+def test_both_tables_built_together_equal_each_built_alone(name):
+    """``build_decode_tables`` derives the skipping table and checks only what differs: the
+    result is the same as building and checking each table on its own."""
+    from tokenwire.detok.tables import build_decode_table, build_decode_tables
+
+    tok = real_tokenizer(name)
+    together = build_decode_tables(tok)
+    for skip in (False, True):
+        alone = build_decode_table(tok, skip_special_tokens=skip)
+        both = together[skip]
+        assert (alone is None) == (both is None)
+        if alone is not None:
+            assert both.skip_special_tokens == skip and both.kind == alone.kind
+            assert (both.cls == alone.cls).all() and both.tok_bytes == alone.tok_bytes
+            assert both.tok_str == alone.tok_str and both.strip_start == alone.strip_start

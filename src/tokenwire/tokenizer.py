@@ -328,11 +328,11 @@ class Tokenizer:
             return self._tables[key]
         except KeyError:
             pass
-        from tokenwire.detok.tables import build_decode_table
+        from tokenwire.detok.tables import build_decode_tables
 
         with self._tables_lock:
             if key not in self._tables:
-                self._tables[key] = build_decode_table(self, skip_special_tokens=key)
+                self._tables.update(build_decode_tables(self))  # both, for about one's price
             return self._tables[key]
 
     def single_token_texts(self, skip_special_tokens: bool = True) -> list[str]:

@@ -33,6 +33,7 @@ __all__ = [
     "UNKNOWN",
     "DecodeTable",
     "build_decode_table",
+    "build_decode_tables",
 ]
 
 log = logging.getLogger(__name__)
@@ -251,8 +252,13 @@ _SELF_CHECK_TEXT = (
 )
 
 
-def _self_check(tok: Tokenizer, table: DecodeTable) -> str | None:
-    """Compare the table with ``tokenizers``' decode; return a description of the first mismatch."""
+def _self_check(
+    tok: Tokenizer, table: DecodeTable, only: Sequence[int] | None = None
+) -> str | None:
+    """Compare the table with ``tokenizers``' decode; return a description of the first mismatch.
+
+    Every known token is checked after an anchor token (``only``: just those ids, when the others
+    were checked already), then random sequences of all kinds of tokens."""
     hf = tok.hf
     skip = table.skip_special_tokens
     known = [i for i in range(table.size) if table.cls_list[i] != UNKNOWN]
@@ -261,7 +267,8 @@ def _self_check(tok: Tokenizer, table: DecodeTable) -> str | None:
     )
     if anchor is None:
         return "no anchor token"
-    pairs = [[anchor, i] for i in known]
+    checked = known if only is None else [i for i in only if table.cls_list[i] != UNKNOWN]
+    pairs = [[anchor, i] for i in checked]
     got = hf.decode_batch(pairs, skip_special_tokens=skip)
     for ids, ref in zip(pairs, got):
         if table.decode(ids) != ref:
@@ -289,6 +296,32 @@ def _self_check(tok: Tokenizer, table: DecodeTable) -> str | None:
         if table.decode(seq) != ref:
             return f"sequence {seq[:8]}...: table and decode differ"
     return None
+
+
+def build_decode_tables(tok: Tokenizer) -> dict[bool, DecodeTable | None]:
+    """Both fast-path tables of ``tok`` (keyed by ``skip_special_tokens``), for the price of about
+    one: the table that skips special tokens differs from the other only on them, so it is
+    derived from it and its self-check only redoes the special tokens (and random sequences)."""
+    kept = _table_for(tok, False)
+    if kept is None:
+        return {False: None, True: None}
+    problem = _self_check(tok, kept)
+    if problem is not None:
+        log.warning("fast decode table disabled for %s: %s", tok.name, problem)
+    cls = kept.cls.copy()
+    tok_bytes = list(kept.tok_bytes)
+    specials = [i for i in sorted(tok.special_ids) if i < kept.size and cls[i] != UNKNOWN]
+    for i in specials:
+        cls[i] = EMPTY
+        tok_bytes[i] = b""
+    skipped = DecodeTable(kept.kind, True, cls, tok_bytes, strip_start=kept.strip_start)
+    skip_problem = _self_check(tok, skipped, only=specials if problem is None else None)
+    if skip_problem is not None:
+        log.warning("fast decode table disabled for %s: %s", tok.name, skip_problem)
+    return {
+        False: kept if problem is None else None,
+        True: skipped if skip_problem is None else None,
+    }
 
 
 def build_decode_table(tok: Tokenizer, *, skip_special_tokens: bool) -> DecodeTable | None:
