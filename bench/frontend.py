@@ -11,7 +11,10 @@ tokenwire: ``--handshake-address``) and a ``tokenwire mock-engine`` (step time 0
 random output) dials each. Real mode: each frontend runs with its own engine on the tiny model.
 Frontends are pinned to CPU 0, engines and this load generator to CPU 1; rounds alternate between
 the two frontends so drifts in machine speed hit both alike. The table gives streamed tokens/s
-(complete 128-token responses), TTFT and inter-chunk latency, and tokenwire's ratio over vLLM.
+(complete 128-token responses), TTFT and inter-chunk latency, and tokenwire's ratio over vLLM;
+and each frontend process's own CPU time per streamed token (its user + system time over the
+round): on a machine with fewer cores than busy processes the load generator and the engine may
+bound tokens/s, while CPU per token is what the frontend itself costs.
 Environment: CONCURRENCY, TOKENS=128, ROUNDS=3.
 """
 
@@ -63,6 +66,13 @@ def _spawn(argv: list[str], cpu: int, log: str) -> subprocess.Popen:
         env=env,
         start_new_session=True,
     )
+
+
+def _cpu_seconds(pid: int) -> float:
+    """User + system CPU time of one process so far."""
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def _mock(address: str, model: str, log: str) -> subprocess.Popen:
@@ -127,9 +137,14 @@ def main() -> None:
         for c in levels:
             runs: dict[str, list[dict]] = {k: [] for k in servers}
             for _ in range(ROUNDS):
-                for kind, (port, _procs) in servers.items():
+                for kind, (port, procs) in servers.items():
                     payload = request_bytes(port, NAME, TOKENS)
-                    runs[kind].append(asyncio.run(load(port, c, payload, TOKENS)))
+                    pid = procs[0].pid  # the frontend (taskset execs it: the same pid)
+                    cpu0 = _cpu_seconds(pid)
+                    run = asyncio.run(load(port, c, payload, TOKENS))
+                    tokens = max(run["complete"] * TOKENS, 1)
+                    run["cpu_us_per_token"] = (_cpu_seconds(pid) - cpu0) / tokens * 1e6
+                    runs[kind].append(run)
             ratios = sorted(
                 t["tokens_per_s"] / max(v["tokens_per_s"], 1e-9)
                 for t, v in zip(runs["tokenwire"], runs["vllm"])
@@ -137,6 +152,8 @@ def main() -> None:
             for kind in servers:
                 rec = {"engine": "real" if args.real else "mock", "frontend": kind, "C": c}
                 rec |= summary(runs[kind])
+                cpu = sorted(r["cpu_us_per_token"] for r in runs[kind])
+                rec["cpu_us_per_token"] = round(cpu[len(cpu) // 2], 1)
                 rec["ratio"] = round(ratios[len(ratios) // 2], 2) if kind == "tokenwire" else 1.0
                 print(json.dumps(rec), flush=True)
                 rows.append(rec)
@@ -152,14 +169,15 @@ def main() -> None:
                     os.killpg(proc.pid, 9)
     print(
         "\n| engine | C | frontend | tokens/s (median) | ratio (tokenwire / vLLM, paired) "
-        "| TTFT p50 / p99 ms | ITL p50 / p99 ms | complete |"
+        "| TTFT p50 / p99 ms | ITL p50 / p99 ms | frontend CPU µs/token | complete |"
     )
-    print("|---|---:|---|---:|---:|---:|---:|---:|")
+    print("|---|---:|---|---:|---:|---:|---:|---:|---:|")
     for r in rows:
         print(
             f"| {r['engine']} | {r['C']} | {r['frontend']} | {r['tokens_per_s']:,} "
             f"| {r['ratio']:.2f} | {r['ttft_p50_ms']} / {r['ttft_p99_ms']} "
-            f"| {r['itl_p50_ms']} / {r['itl_p99_ms']} | {r['complete']}/{r['C']} |"
+            f"| {r['itl_p50_ms']} / {r['itl_p99_ms']} | {r['cpu_us_per_token']} "
+            f"| {r['complete']}/{r['C']} |"
         )
 
 
