@@ -414,6 +414,20 @@ def test_continuous_usage_request_id_and_priority(echo, monkeypatch):
     assert [r.priority for r in seen] == [3] and seen[0].rid.startswith("trace-42")
 
 
+def test_x_request_id_header_names_the_request(echo):
+    """vLLM's: the X-Request-Id header is the request id, over the body's request_id."""
+    body = {"model": MODEL, "prompt": "x", "max_tokens": 2, "request_id": "from-body"}
+    r = httpx.post(echo.url + "/v1/completions", json=body, headers={"X-Request-Id": "hdr-7"})
+    assert r.status_code == 200 and r.json()["id"] == "cmpl-hdr-7"
+    r = httpx.post(echo.url + "/v1/completions", json=body)
+    assert r.json()["id"] == "cmpl-from-body"
+    chat = {"model": MODEL, "messages": [{"role": "user", "content": "x"}], "max_tokens": 2}
+    r = httpx.post(echo.url + "/v1/chat/completions", json=chat, headers={"x-request-id": "c-9"})
+    assert r.json()["id"] == "chatcmpl-c-9"
+    r = httpx.post(echo.url + "/v1/completions", json=body, headers={"x-request-id": "z" * 300})
+    assert r.status_code == 400 and error_of(r)["param"] == "x-request-id"
+
+
 def test_models_health_metrics(echo):
     models = httpx.get(echo.url + "/v1/models").json()
     assert models["data"][0]["id"] == MODEL

@@ -258,7 +258,7 @@ def _openai_extras(body: Mapping[str, Any]) -> dict[str, Any]:
         out["priority"] = priority
     rid = body.get("request_id")
     if rid is not None:
-        out["id"] = _request_id(rid, "request_id")
+        out["id"] = request_id(rid, "request_id")
     flag = body.get("return_tokens_as_token_ids")
     if flag is not None:
         if not isinstance(flag, bool):
@@ -270,7 +270,8 @@ def _openai_extras(body: Mapping[str, Any]) -> dict[str, Any]:
     return out
 
 
-def _request_id(value: Any, name: str) -> str:
+def request_id(value: Any, name: str) -> str:
+    """A client-chosen request id (``request_id``, the ``X-Request-Id`` header), checked."""
     if not isinstance(value, str) or not value or len(value) > MAX_REQUEST_ID_LEN:
         raise ValidationError(
             f"{name} must be a non-empty string of at most {MAX_REQUEST_ID_LEN} characters",

@@ -9,6 +9,7 @@ that goes away aborts its engine requests at once and leaves nothing behind.
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import logging
 import time
 from collections.abc import AsyncIterator
@@ -154,6 +155,20 @@ async def _wait_disconnect(receive: Any) -> None:
         pass
 
 
+#: The HTTP request being handled (each ASGI request runs in its own task, so its own context).
+_scope: contextvars.ContextVar[dict | None] = contextvars.ContextVar(
+    "tokenwire_scope", default=None
+)
+
+
+def _header(scope: dict | None, name: bytes) -> str | None:
+    """A request header's value (the first one), or None."""
+    for key, value in (scope or {}).get("headers", ()):
+        if key.lower() == name:
+            return value.decode("latin-1")
+    return None
+
+
 class App:
     """The ASGI application: a handful of routes over one ``Runtime`` (no framework in the
     streaming path: each chunk is one ``send``)."""
@@ -224,6 +239,7 @@ class App:
                 await self._error(send, err, _route_of(scope["path"]))
                 return
             receive = limits.bounded_receive(receive, config.max_request_bytes, config.body_timeout)
+            _scope.set(scope)
             await handler(receive, send)
         elif scope["method"] == "GET" and scope["path"].startswith("/v1/models/"):
             await self._model(scope["path"][len("/v1/models/") :], send)
@@ -284,6 +300,9 @@ class App:
                     features=rt.features,
                 ),
             )
+            header_id = _header(_scope.get(), b"x-request-id")
+            if header_id is not None:  # vLLM's: the header names the request, over request_id
+                plan.id = api.request_id(header_id, "x-request-id")
             subs = rt.submit(plan)
         except ClientDisconnected:
             return
