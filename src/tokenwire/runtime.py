@@ -137,6 +137,8 @@ class Runtime:
         gc.freeze()
         self._watchdog = asyncio.get_running_loop().create_task(self._watch_engine())
         if self.shared_metrics is not None:
+            # A snapshot at once: a sibling's scrape finds this worker (its pid) from the start.
+            self.shared_metrics.write()
             loop = asyncio.get_running_loop()
             self._metrics_task = loop.create_task(self._share_metrics())
             # A sibling serving a scrape asks for this worker's counts as of now.

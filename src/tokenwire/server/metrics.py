@@ -219,7 +219,7 @@ class SharedMetrics:
         )
         tmp = f"{self._path}.{os.getpid()}.tmp"
         with open(tmp, "w", encoding="utf-8") as f:
-            json.dump({"pid": os.getpid(), "families": families}, f)
+            json.dump({"pid": os.getpid(), "written": time.time(), "families": families}, f)
         os.replace(tmp, self._path)
 
     def _snapshots(self) -> dict[str, dict]:
@@ -234,10 +234,11 @@ class SharedMetrics:
                     continue  # being replaced right now
         return out
 
-    async def refresh(self, timeout: float = 0.25) -> None:
-        """Ask every other worker for a fresh snapshot (SIGUSR1) and wait for them, briefly."""
-        self.write()
+    async def refresh(self, timeout: float = 2.0) -> None:
+        """Ask every other worker for a fresh snapshot (SIGUSR1) and wait for them (a worker
+        gone or stuck for ``timeout`` seconds counts with its last snapshot)."""
         since = time.time()
+        self.write()
         pending = []
         for path, snap in self._snapshots().items():
             pid = snap.get("pid")
@@ -248,7 +249,7 @@ class SharedMetrics:
         deadline = time.monotonic() + timeout
         while pending and time.monotonic() < deadline:
             await asyncio.sleep(0.005)
-            pending = [p for p in pending if _mtime(p) < since]
+            pending = [p for p in pending if _written(p) < since]
 
     def render(self) -> bytes:
         """The merged exposition of every worker's latest snapshot (call ``refresh`` first)."""
@@ -267,11 +268,14 @@ class SharedMetrics:
         return generate_latest(registry)
 
 
-def _mtime(path: str) -> float:
+def _written(path: str) -> float:
+    """When a snapshot was written, by its writer's clock (inf when it is gone or unreadable)."""
     try:
-        return os.stat(path).st_mtime
-    except OSError:
-        return float("inf")  # gone: nothing to wait for
+        with open(path, encoding="utf-8") as f:
+            written = json.load(f).get("written")
+    except (OSError, ValueError):
+        return float("inf")
+    return written if isinstance(written, (int, float)) else float("inf")
 
 
 class _Merged:
