@@ -346,6 +346,7 @@ def _supervise(args: argparse.Namespace, serve_args: list[str]) -> int:
             launcher=launcher,
             handshake_address=handshake,
             ready_timeout=args.engine_start_timeout,
+            shutdown_timeout=args.shutdown_timeout,
         )
     )
 

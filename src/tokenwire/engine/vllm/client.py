@@ -266,7 +266,9 @@ class VllmEngine:
 
     async def call_utility(self, method: str, *args: Any, rank: int | None = None) -> Any:
         """Call a utility method on an engine (the first live one unless ``rank``)."""
-        core = next(c for c in self._cores if c.alive and (rank is None or c.rank == rank))
+        core = next((c for c in self._cores if c.alive and (rank is None or c.rank == rank)), None)
+        if core is None:
+            raise QueueFullError("no live engine to call")
         call_id = next(self._call_ids)
         fut: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
         self._utility[call_id] = fut
@@ -391,9 +393,10 @@ class VllmEngine:
             raise RuntimeError(launcher.failure_message())
 
     def _note(self, line: str) -> None:
-        log.info("%s", line)
         if self.config.progress is not None:
             self.config.progress(line)
+        else:
+            log.info("%s", line)
 
     async def _read_outputs(self) -> None:
         assert self._output_sock is not None and self._output is not None
