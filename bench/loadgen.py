@@ -14,8 +14,11 @@ import subprocess
 import time
 
 
-def request_bytes(port: int, model: str, tokens: int, *, prompt: str | None = None) -> bytes:
-    """One streaming completion request for ``tokens`` tokens (``ignore_eos``), as raw HTTP."""
+def request_bytes(
+    port: int, model: str, tokens: int, *, prompt: str | None = None, **extra: object
+) -> bytes:
+    """One streaming completion request for ``tokens`` tokens (``ignore_eos``), as raw HTTP;
+    ``extra`` adds request fields."""
     body = json.dumps(
         {
             "model": model,
@@ -23,6 +26,7 @@ def request_bytes(port: int, model: str, tokens: int, *, prompt: str | None = No
             "max_tokens": tokens,
             "ignore_eos": True,
             "stream": True,
+            **extra,
         }
     ).encode()
     return (
