@@ -206,3 +206,11 @@ def test_two_engines_least_loaded_and_one_dying_fails_only_its_requests():
         assert sum("the engine died" in b for b in bodies) == 3
         assert sum('"finish_reason":"length"' in b for b in bodies) == 3
         assert metric(srv.url, "tokenwire:engines_alive") == 1
+
+
+def test_a_serving_mock_engine_exits_promptly_on_sigterm():
+    with served(1, "--synthetic-output", "echo", "--step-time-ms", "2") as srv:
+        out = srv.client.completions.create(model=MODEL, prompt="a b c", max_tokens=2)
+        assert out.choices[0].finish_reason == "length"
+        srv.mocks[0].terminate()
+        assert srv.mocks[0].wait(5) == 0  # no socket left open that would hold its context

@@ -84,6 +84,10 @@ class MockEngine:
             await asyncio.gather(*(self._serve_input(s) for s in self._inputs))
         finally:
             await self.synthetic.close()
+            # The output sockets come from a shadow of the context: ``destroy`` does not know
+            # them, and ``term`` would wait for them forever.
+            for sock in self._outputs:
+                sock.close(linger=0)
             self._ctx.destroy(linger=0)
 
     async def _handshake(self) -> None:
