@@ -4,7 +4,9 @@ differentially against stock ``vllm serve`` on the same model.
 The environment is built by ``scripts/vllm_cpu_env.py`` (CI runs it first); without it these tests
 skip with that reason (CI's strict-skip flag turns a skip into a failure). The model's weights are
 random, so greedy output is degenerate but deterministic: the tests check ids, lengths, finish
-reasons and that both servers agree, not what the text says.
+reasons and that both servers agree, not what the text says. They decode greedily (or with a
+fixed seed, or under a grammar): sampling from random weights picks the padding ids past the
+tokenizer's vocabulary, which tokenwire refuses to decode.
 """
 
 from __future__ import annotations
@@ -217,7 +219,14 @@ def test_disconnect_mid_stream_aborts_in_vllm(tw):
     with httpx.stream(
         "POST",
         tw.url + "/v1/completions",
-        json={"model": NAME, "prompt": "Hi", "max_tokens": 480, "stream": True, "ignore_eos": True},
+        json={
+            "model": NAME,
+            "prompt": "Hi",
+            "max_tokens": 480,
+            "stream": True,
+            "ignore_eos": True,
+            "temperature": 0,
+        },
         timeout=60,
     ) as resp:
         for line in resp.iter_lines():
@@ -257,6 +266,7 @@ def test_engine_killed_mid_stream_gives_clean_errors_then_503(tw):
                 "max_tokens": 480,
                 "stream": True,
                 "ignore_eos": True,
+                "temperature": 0,
             },
             timeout=60,
         ) as resp:
@@ -388,7 +398,7 @@ def test_vllm_serve_runs_tokenwire_as_its_frontend():
     port = free_port()
     argv = [ENV["vllm"], "serve", ENV["model"], "--served-model-name", NAME, "--port", str(port)]
     with start([*argv, *VLLM_ARGS], env, port) as srv:
-        out = srv.client.completions.create(model=NAME, prompt="Hello", max_tokens=5)
+        out = srv.client.completions.create(model=NAME, prompt="Hello", max_tokens=5, temperature=0)
         assert out.choices[0].finish_reason == "length" and out.usage.completion_tokens == 5
         models = srv.client.models.list()
         assert [m.id for m in models.data] == [NAME]
