@@ -294,7 +294,6 @@ def _add_scaleout_args(serve: argparse.ArgumentParser) -> None:
 
 def _supervise(args: argparse.Namespace, serve_args: list[str]) -> int:
     """``--api-server-count N``: the supervisor over N workers and the shared engines."""
-    from tokenwire.engine.vllm.launch import VllmLauncher, free_port
     from tokenwire.server.supervisor import SupervisorConfig, run_supervisor
 
     logging.basicConfig(level=args.log_level.upper(), format="%(levelname)s %(name)s: %(message)s")
@@ -317,23 +316,8 @@ def _supervise(args: argparse.Namespace, serve_args: list[str]) -> int:
             mock_args += ["--tokenizer", args.tokenizer]
         if args.max_model_len is not None:
             mock_args += ["--max-model-len", str(args.max_model_len)]
-    elif args.handshake_address:
-        handshake = args.handshake_address
-    elif args.model:
-        port = free_port()
-        handshake = f"tcp://127.0.0.1:{port}"
-        extra = list(args.vllm_arg)
-        if args.max_model_len is not None and "--max-model-len" not in extra:
-            extra += ["--max-model-len", str(args.max_model_len)]
-        launcher = VllmLauncher(
-            args.model,
-            port=port,
-            command=shlex.split(args.vllm_command),
-            data_parallel_size=args.data_parallel_size,
-            extra_args=extra,
-        )
     else:
-        raise SystemExit("tokenwire: --engine vllm needs --model (spawn) or --handshake-address")
+        handshake, launcher = _vllm_engines(args)
     return run_supervisor(
         SupervisorConfig(
             serve_args=serve_args,
@@ -495,11 +479,33 @@ def _synthetic(args: argparse.Namespace) -> Any:
     )
 
 
+def _vllm_engines(args: argparse.Namespace) -> tuple[str, Any]:
+    """Where the vLLM engines dial in, and the headless child to spawn (``--model``) or None
+    (``--handshake-address``: they are started elsewhere)."""
+    from tokenwire.engine.vllm.launch import VllmLauncher, free_port
+
+    if args.handshake_address:
+        return args.handshake_address, None
+    if not args.model:
+        raise SystemExit("tokenwire: --engine vllm needs --model (spawn) or --handshake-address")
+    port = free_port()
+    extra = list(args.vllm_arg)
+    if args.max_model_len is not None and "--max-model-len" not in extra:
+        extra += ["--max-model-len", str(args.max_model_len)]
+    launcher = VllmLauncher(
+        args.model,
+        port=port,
+        command=shlex.split(args.vllm_command),
+        data_parallel_size=args.data_parallel_size,
+        extra_args=extra,
+    )
+    return f"tcp://127.0.0.1:{port}", launcher
+
+
 def _vllm_engine(args: argparse.Namespace, tok: Any, holder: dict[str, Any]) -> Any:
     """The vLLM engine of ``serve --engine vllm``: spawned (``--model``) or attached
     (``--handshake-address``)."""
     from tokenwire.engine.vllm import VllmEngine, VllmEngineConfig
-    from tokenwire.engine.vllm.launch import VllmLauncher, free_port
 
     if args.data_parallel_size < 1:
         raise SystemExit("tokenwire: --data-parallel-size must be at least 1")
@@ -516,24 +522,7 @@ def _vllm_engine(args: argparse.Namespace, tok: Any, holder: dict[str, Any]) -> 
                 should_stop=lambda: bool(getattr(holder.get("server"), "should_exit", False)),
             ),
         )
-    launcher = None
-    if args.handshake_address:
-        address = args.handshake_address
-    elif args.model:
-        port = free_port()
-        address = f"tcp://127.0.0.1:{port}"
-        extra = list(args.vllm_arg)
-        if args.max_model_len is not None and "--max-model-len" not in extra:
-            extra += ["--max-model-len", str(args.max_model_len)]
-        launcher = VllmLauncher(
-            args.model,
-            port=port,
-            command=shlex.split(args.vllm_command),
-            data_parallel_size=args.data_parallel_size,
-            extra_args=extra,
-        )
-    else:
-        raise SystemExit("tokenwire: --engine vllm needs --model (spawn) or --handshake-address")
+    address, launcher = _vllm_engines(args)
 
     def progress(line: str) -> None:
         print(f"tokenwire: {line}", file=sys.stderr, flush=True)
