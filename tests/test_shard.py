@@ -552,3 +552,75 @@ def test_stream_interval_with_a_stop_string_ends_at_once():
     assert "".join(it.text for it in items) == "abc"
     assert items[-1].finish_reason == FinishReason.stop("de")
     assert run.aborted == ["r"]
+
+
+def _held_reference(text: str, stops: list[str]) -> str:
+    """What may be delivered of ``text`` (no stop string in it): all but its longest end that is
+    a proper prefix of one of ``stops``."""
+    keep = max(
+        (k for s in stops for k in range(1, len(s)) if text.endswith(s[:k])),
+        default=0,
+    )
+    return text[: len(text) - keep]
+
+
+@pytest.mark.parametrize("mode", ["table", "each", "per_request"])
+def test_batched_hold_back_matches_brute_force_after_every_step(mode, monkeypatch):
+    """Many requests with their own stop strings (or none) step together: after every step, what
+    each has delivered is its text so far less the longest end that may start one of its own stop
+    strings, and a stop ends it where the first match ends; in the step-wide table, one request's
+    candidates checked per request, and each request on its own."""
+    import tokenwire.shard as shard_mod
+
+    if mode == "each":
+        monkeypatch.setattr(shard_mod, "_MAX_SHARED_PREFIXES", 0)
+    elif mode == "per_request":
+        monkeypatch.setattr(shard_mod, "_MAX_SHARED_STOPS", 0)
+    tok = byte_tokenizer()
+    alphabet = "ab\nc"
+
+    @settings(max_examples=examples(60), suppress_health_check=list(HealthCheck), deadline=None)
+    @given(st.data())
+    def run(data):
+        count = data.draw(st.integers(1, 6))
+        word = st.text(alphabet, min_size=1, max_size=5)
+        reqs = []
+        for k in range(count):
+            stops = data.draw(st.lists(word, max_size=3))
+            text = data.draw(st.text(alphabet, min_size=1, max_size=24))
+            reqs.append((f"q{k}", stops, text))
+        shard = DetokShard()
+        sinks = {rid: EgressSink(capacity=10_000) for rid, _, _ in reqs}
+        for rid, stops, _ in reqs:
+            params = SamplingParams(stop=stops or None).normalize(tok)
+            shard.register(rid, sinks[rid], tok, b("> "), params)
+        got = {rid: "" for rid, _, _ in reqs}
+        for t in range(max(len(text) for _, _, text in reqs)):
+            rows = [
+                (
+                    rid,
+                    b(text[t]),
+                    {"type": "length", "length": len(text)} if t == len(text) - 1 else None,
+                )
+                for rid, _, text in reqs
+                if t < len(text) and rid in shard
+            ]
+            if not rows:
+                break
+            shard.on_frame(frame(rows))
+            for rid, stops, text in reqs:
+                items = sinks[rid].drain()
+                got[rid] += "".join(i.event.text for i in items)
+                so_far = text[: t + 1]
+                ends = [(so_far.find(s) + len(s), r, s) for r, s in enumerate(stops) if s in so_far]
+                if ends:  # stopped: the text before the first match to complete
+                    _, _, s = min(ends)
+                    assert got[rid] == so_far[: so_far.find(s)], (rid, stops, text)
+                    assert rid not in shard
+                elif t < len(text) - 1:
+                    assert got[rid] == _held_reference(so_far, stops), (rid, stops, text, t)
+                elif t == len(text) - 1:
+                    assert got[rid] == text and isinstance(items[-1], Done)
+        assert len(shard) == 0
+
+    run()

@@ -100,6 +100,14 @@ class HoldBack:
         self.held = ""
         return window
 
+    def restore(self, held: str) -> None:
+        """Take ``held`` as the held text, as computed elsewhere for the same stop strings (the
+        longest suffix of the text so far that is a proper prefix of one of them)."""
+        self.held = ""
+        self._states = [0] * len(self._stops)
+        if held:
+            self.push(held)
+
     def release(self) -> str:
         """Give up the held text (the stream is over): return it and start afresh."""
         held = self.held

@@ -38,7 +38,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Sequence
 from functools import lru_cache
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import numpy as np
 
@@ -195,6 +195,35 @@ def _hold_keys(stops: tuple[str, ...]) -> tuple[frozenset[str], frozenset[int]]:
 _SEP = "\x00"
 #: Past this many different stop strings among the live requests, each request checks its own.
 _MAX_SHARED_STOPS = 64
+#: Past this many proper prefixes of the live stop strings, each request holding text back
+#: runs its own automaton instead of looking its text's ends up.
+_MAX_SHARED_PREFIXES = 1024
+
+
+class _Prefixes(NamedTuple):
+    """The proper prefixes of each live list of stop strings, by the list's id (0: none)."""
+
+    own: list[frozenset[str]]
+    #: By a prefix's last character: the lengths of the prefixes that end with it, longest first.
+    lengths: list[dict[str, tuple[int, ...]]]
+
+
+def _prefixes(groups: dict[tuple[str, ...], int]) -> _Prefixes | None:
+    """The prefixes of ``groups`` (stop lists by id), or None when there are too many."""
+    size = max(groups.values(), default=0) + 1
+    own: list[frozenset[str]] = [frozenset()] * size
+    lengths: list[dict[str, tuple[int, ...]]] = [{}] * size
+    total = 0
+    for group, gid in groups.items():
+        total += sum(len(s) - 1 for s in group if s)
+        if total > _MAX_SHARED_PREFIXES:
+            return None
+        own[gid] = frozenset(s[:k] for s in group for k in range(1, len(s)))
+        by_last: dict[str, set[int]] = {}
+        for p in own[gid]:
+            by_last.setdefault(p[-1], set()).add(len(p))
+        lengths[gid] = {c: tuple(sorted(ks, reverse=True)) for c, ks in by_last.items()}
+    return _Prefixes(own, lengths)
 
 
 class DetokShard:
@@ -223,9 +252,18 @@ class DetokShard:
         self._mode = np.full(0, 2, dtype=np.int8)
         self._dslot = np.zeros(0, dtype=np.intp)  # slot in its DecodeBatch
         self._bidx = np.zeros(0, dtype=np.intp)  # index of its DecodeBatch
-        # The live requests' lists of stop strings (with counts), for the step-wide pre-check.
+        # The text held back (it may start a stop string), kept here on the columnar path; the
+        # request's own HoldBack catches up when it takes the exact path.
+        self._held = np.full(0, "", dtype=object)
+        self._gid = np.zeros(0, dtype=np.intp)  # the id of its list of stop strings (0: none)
+        # The live requests' lists of stop strings (with counts and ids), for the step-wide
+        # pre-check and hold-back.
         self._stop_refs: dict[tuple[str, ...], int] = {}
-        self._prechecks: tuple[tuple[str, ...], np.ndarray, np.ndarray, bool] | None = None
+        self._gids: dict[tuple[str, ...], int] = {}
+        self._free_gids: list[int] = []
+        self._prechecks: (
+            tuple[tuple[str, ...], np.ndarray, np.ndarray, bool, _Prefixes | None] | None
+        ) = None
 
     def __len__(self) -> int:
         return len(self._reqs)
@@ -273,6 +311,7 @@ class DetokShard:
         self._mode[sid] = st.mode
         self._dslot[sid] = slot
         self._bidx[sid] = self._batch_list.index(batch)
+        self._held[sid] = ""
         self._count(st, +1)
 
     def _grow(self) -> int:
@@ -281,7 +320,8 @@ class DetokShard:
         self._sinks.append(None)
         if sid >= len(self._ntok):
             size = max(64, 2 * len(self._ntok))
-            for name, fill in (("_ntok", 0), ("_mode", 2), ("_dslot", 0), ("_bidx", 0)):
+            fills = (("_ntok", 0), ("_mode", 2), ("_dslot", 0), ("_bidx", 0), ("_held", ""))
+            for name, fill in (*fills, ("_gid", 0)):
                 old = getattr(self, name)
                 new = np.full(size, fill, dtype=old.dtype)
                 new[: len(old)] = old
@@ -291,6 +331,7 @@ class DetokShard:
     def _count(self, st: _Req, delta: int) -> None:
         stops = st.stops
         if not stops:
+            self._gid[st.sid] = 0
             return
         refs = self._stop_refs
         n = refs.get(stops, 0) + delta
@@ -298,6 +339,12 @@ class DetokShard:
             refs[stops] = n
         else:
             del refs[stops]
+            self._free_gids.append(self._gids.pop(stops))
+        if n == delta:
+            gids = self._gids
+            gids[stops] = self._free_gids.pop() if self._free_gids else len(gids) + 1
+        if delta > 0:
+            self._gid[st.sid] = self._gids[stops]
         if n == delta or not n:
             self._prechecks = None  # a list came or went: recomputed on the next step
 
@@ -339,6 +386,7 @@ class DetokShard:
         self._by_sid[st.sid] = None
         self._sinks[st.sid] = None
         self._mode[st.sid] = 2
+        self._held[st.sid] = ""
         self._free.append(st.sid)
         self._count(st, -1)
 
@@ -413,71 +461,20 @@ class DetokShard:
             flags[list(errors)] = 2
         if finishes.count(None) != n:
             flags[[j for j, fin in enumerate(finishes) if fin is not None]] = 2
-        stops, firsts, pairs, all_exact = self._precheck()
+        stops, firsts, pairs, all_exact, table = self._precheck()
         if all_exact:
             flags[:] = 2
         elif stops:
-            # All texts in one string, one separator after each: text j ends at ends[j].
-            big = _SEP.join(texts) + _SEP
-            codes = np.frombuffer(big.encode("utf-32-le"), dtype=np.uint32)
-            if big.count(_SEP) == n:
-                ends = np.flatnonzero(codes == 0)
-            else:  # some text holds the separator character itself
-                ends = np.cumsum(np.fromiter(map(len, texts), dtype=np.int64, count=n) + 1) - 1
-            for s in stops:  # a stop string may complete in this step's text
-                p = big.find(s)
-                while p != -1:
-                    flags[int(np.searchsorted(ends, p))] = 2
-                    p = big.find(s, p + 1)
-            # The text may end with the start of a stop string. (With no text held, such a start
-            # lies within this step's text: one spanning into the text before would have been
-            # held.) Its last character, or its last two, tell the candidates.
-            lens = np.empty(n, dtype=np.int64)
-            lens[0] = ends[0]
-            np.subtract(ends[1:], ends[:-1] + 1, out=lens[1:])
-            last = codes[np.maximum(ends - 1, 0)]
-            hold = np.take(firsts, last, mode="clip") & (lens > 0)
-            if len(pairs):
-                keys = (codes[np.maximum(ends - 2, 0)].astype(np.int64) << 21) | last
-                at = np.minimum(np.searchsorted(pairs, keys), len(pairs) - 1)
-                hold |= (pairs[at] == keys) & (lens > 1)
-            flags |= hold.view(np.int8)
-        by_sid = self._by_sid
-        # Held text to look at (columnar: only the flagged requests go through Python).
-        for j in np.flatnonzero(flags == 1).tolist():
-            st = by_sid[sids[j]]
-            assert st is not None
-            text = texts[j]
-            held = st.held
-            if held:
-                window = held + text
-                # Held text and new text together may complete a stop string.
-                if text and any(s in window for s in st.stops):
-                    flags[j] = 2
-                    continue
-            else:
-                window = text
-            texts[j] = st.hold_back(window)
-            self._mode[st.sid] = 1 if st.held else 0
+            self._check_stops(sid_arr, texts, flags, firsts, pairs, table)
         exact = np.flatnonzero(flags > 1).tolist()
+        by_sid = self._by_sid
         # The rest share one columnar result: each sink queues the step, not an item of its own.
         # (Lists, not arrays: a consumer reads its row with plain indexing.)
         rows = np.zeros(len(by_sid), dtype=np.intp)
         rows[sid_arr] = np.arange(n)
         step = StepChunks(rids, ids.tolist(), prompt, texts, ntok.tolist(), rows.tolist())
         out = sids if not exact else sid_arr[flags < 2].tolist()
-        sinks = self._sinks
-        blocked = []
-        for sid in out:
-            # EgressSink.try_send, inline (the shard is the sinks' one producer).
-            sink = sinks[sid]
-            dq = sink._dq  # type: ignore[union-attr]
-            if len(dq) < sink.capacity and not sink._closed:  # type: ignore[union-attr]
-                dq.append(step)
-                if sink._waiter is not None:  # type: ignore[union-attr]
-                    sink._wake()  # type: ignore[union-attr]
-            else:
-                blocked.append(sid)
+        blocked = self._deliver(step, out)
         if exact:
             id_list = ids.tolist()
         for j in exact:
@@ -500,6 +497,113 @@ class DetokShard:
             if st.sink.try_send(item) is not None:
                 self._blocked(st, item, None)
 
+    def _deliver(self, step: StepChunks, out: list[int]) -> list[int]:
+        """Queue ``step`` in the sinks of shard slots ``out``; return the slots whose sinks did
+        not take it (full or closed)."""
+        sinks = self._sinks
+        blocked = []
+        for sid in out:
+            # EgressSink.try_send, inline (the shard is the sinks' one producer).
+            sink = sinks[sid]
+            dq = sink._dq  # type: ignore[union-attr]
+            if len(dq) < sink.capacity and not sink._closed:  # type: ignore[union-attr]
+                dq.append(step)
+                if sink._waiter is not None:  # type: ignore[union-attr]
+                    sink._wake()  # type: ignore[union-attr]
+            else:
+                blocked.append(sid)
+        return blocked
+
+    def _check_stops(
+        self,
+        sid_arr: np.ndarray,
+        texts: list[str],
+        flags: np.ndarray,
+        firsts: np.ndarray,
+        pairs: np.ndarray,
+        prefixes: _Prefixes | None,
+    ) -> None:
+        """The step-wide stop check: flag (2) every request whose held and new text may complete
+        a stop string; of the others, replace ``texts[j]`` with what may be delivered, holding
+        back the end that may start one of its stop strings. Columnar, but for the requests
+        whose held text changes."""
+        n = len(texts)
+        held_col = self._held
+        had = np.flatnonzero(flags == 1)  # held text to prepend
+        if len(had):
+            windows = texts.copy()
+            for j, h in zip(had.tolist(), held_col[sid_arr[had]].tolist()):
+                windows[j] = h + windows[j]
+        else:
+            windows = texts
+        # All windows in one string, a separator after each: window j ends at ends[j].
+        big = _SEP.join(windows) + _SEP
+        codes = np.frombuffer(big.encode("utf-32-le"), dtype=np.uint32)
+        if big.count(_SEP) == n:
+            ends = np.flatnonzero(codes == 0)
+        else:  # some text holds the separator character itself
+            ends = np.cumsum(np.fromiter(map(len, windows), dtype=np.int64, count=n) + 1) - 1
+        for s in self._prechecks[0]:  # type: ignore[index]  # a stop string may complete here
+            p = big.find(s)
+            while p != -1:
+                flags[int(np.searchsorted(ends, p))] = 2
+                p = big.find(s, p + 1)
+        # A window may end with the start of a stop string: its last character, or its last two,
+        # tell the candidates; held text may go now.
+        lens = np.empty(n, dtype=np.int64)
+        lens[0] = ends[0]
+        np.subtract(ends[1:], ends[:-1] + 1, out=lens[1:])
+        last = codes[np.maximum(ends - 1, 0)]
+        hold = np.take(firsts, last, mode="clip") & (lens > 0)
+        if len(pairs):
+            keys = (codes[np.maximum(ends - 2, 0)].astype(np.int64) << 21) | last
+            at = np.minimum(np.searchsorted(pairs, keys), len(pairs) - 1)
+            hold |= (pairs[at] == keys) & (lens > 1)
+        hold &= flags < 2
+        if len(had):
+            # Held text with nothing to hold now: it all goes.
+            gone = had[(flags[had] == 1) & ~hold[had]]
+            if len(gone):
+                for j in gone.tolist():
+                    texts[j] = windows[j]
+                sids = sid_arr[gone]
+                held_col[sids] = ""
+                self._mode[sids] = 0
+        cand = np.flatnonzero(hold)
+        if not len(cand):
+            return
+        sids = sid_arr[cand]
+        if prefixes is None:  # each runs its own automaton
+            by_sid = self._by_sid
+            for j, sid in zip(cand.tolist(), sids.tolist()):
+                st = by_sid[sid]
+                assert st is not None
+                hb = st.hb
+                if hb.held != held_col[sid]:
+                    hb.restore(held_col[sid])
+                texts[j] = hb.push(windows[j])
+                held_col[sid] = hb.held
+                self._mode[sid] = 1 if hb.held else 0
+            return
+        # The longest end of each window that is a proper prefix of one of its stop strings.
+        own, lengths = prefixes
+        held = []
+        modes = []
+        for j, g in zip(cand.tolist(), self._gid[sids].tolist()):
+            w = windows[j]  # (``windows`` may be ``texts``)
+            for k in lengths[g].get(w[-1:], ()):
+                if w[-k:] in own[g]:  # (k past the start: all of w, which may be one)
+                    texts[j] = w[:-k]
+                    held.append(w[-k:])
+                    modes.append(1)
+                    break
+            else:
+                texts[j] = w
+                held.append("")
+                modes.append(0)
+        held_col[sids] = held
+        self._mode[sids] = modes
+
     def _decode(
         self, sid_arr: np.ndarray, ids: np.ndarray
     ) -> tuple[list[str], dict[int, DecodeError]]:
@@ -519,12 +623,15 @@ class DetokShard:
                 errors[int(sel[k])] = e
         return texts, errors
 
-    def _precheck(self) -> tuple[tuple[str, ...], np.ndarray, np.ndarray, bool]:
+    def _precheck(
+        self,
+    ) -> tuple[tuple[str, ...], np.ndarray, np.ndarray, bool, _Prefixes | None]:
         """For the live requests: their stop strings; a lookup by code point of the stops' first
         characters (its last entry False, for every larger code point); the sorted keys of the
-        last two characters of their longer proper prefixes; and whether the step-wide pre-check
+        last two characters of their longer proper prefixes; whether the step-wide pre-check
         is not worth it (a stop string containing the separator, or so many different stop
-        strings that checking each request's own is cheaper)."""
+        strings that checking each request's own is cheaper); and the table for the step-wide
+        hold-back (None: each request holds back its own text)."""
         if self._prechecks is None:
             stops = tuple(dict.fromkeys(s for group in self._stop_refs for s in group))
             first_set: set[str] = set()
@@ -538,7 +645,8 @@ class DetokShard:
             firsts[codes] = True
             pairs = np.array(sorted(pair_set), dtype=np.int64)
             per_request = len(stops) > _MAX_SHARED_STOPS or any(_SEP in s for s in stops)
-            self._prechecks = (stops, firsts, pairs, per_request)
+            table = None if per_request else _prefixes(self._gids)
+            self._prechecks = (stops, firsts, pairs, per_request, table)
         return self._prechecks
 
     def _general_step(self, decoded: Decoded) -> None:
@@ -587,6 +695,9 @@ class DetokShard:
     ) -> None:
         """Take this step's per-token texts; deliver what is safe; finish when it is over.
         ``counts``: the engine's ``(cached_tokens, reasoning_tokens)`` for the request."""
+        held = self._held[st.sid]
+        if held != st.hb.held:  # the columnar path held this text back
+            st.hb.restore(held)
         out: list[str] = []
         # With stop token sequences, text passes one more hold-back (by tokens) on its way out.
         taken: list[str] = [] if st.seqs else out
@@ -637,6 +748,7 @@ class DetokShard:
         before = int(self._ntok[st.sid])
         self._ntok[st.sid] = ntok
         self._mode[st.sid] = st.mode
+        self._held[st.sid] = st.held
         text = "".join(out)
         ids = token_ids[:used]
         if st.interval > 1:
