@@ -182,17 +182,17 @@ def _as_list(value: str | list[str] | None) -> list[str]:
 
 
 @lru_cache(maxsize=4096)
-def _hold_keys(stops: tuple[str, ...]) -> tuple[frozenset[str], frozenset[int]]:
+def _hold_keys(stops: tuple[str, ...]) -> tuple[frozenset[str], frozenset[str]]:
     """For the step-wide pre-check: the stop strings' one-character prefixes, and the last two
-    characters of their longer proper prefixes (as ``code << 21 | code``)."""
+    characters of their longer proper prefixes."""
     firsts = frozenset(s[0] for s in stops if len(s) > 1)
-    pairs = frozenset(
-        (ord(s[k - 2]) << 21) | ord(s[k - 1]) for s in stops for k in range(2, len(s))
-    )
+    pairs = frozenset(s[k - 2 : k] for s in stops for k in range(2, len(s)))
     return firsts, pairs
 
 
 _SEP = "\x00"
+#: Steps of fewer requests than this find their hold-back candidates without numpy.
+_SMALL_STEP = 160
 #: Past this many different stop strings among the live requests, each request checks its own.
 _MAX_SHARED_STOPS = 64
 #: Past this many proper prefixes of the live stop strings, each request holding text back
@@ -224,6 +224,24 @@ def _prefixes(groups: dict[tuple[str, ...], int]) -> _Prefixes | None:
             by_last.setdefault(p[-1], set()).add(len(p))
         lengths[gid] = {c: tuple(sorted(ks, reverse=True)) for c, ks in by_last.items()}
     return _Prefixes(own, lengths)
+
+
+class _Prechecks(NamedTuple):
+    """What the step-wide stop check needs to know of the live requests' stop strings."""
+
+    stops: tuple[str, ...]  # every one, once
+    #: Whether to check each request on its own instead (a stop string holding the separator,
+    #: or so many different stop strings that checking each request's own is cheaper).
+    per_request: bool
+    #: A window ending with the start of a stop string ends with one of ``firsts`` (its first
+    #: character) or of ``pairs`` (the last two characters of a longer proper prefix).
+    firsts: frozenset[str]
+    pairs: frozenset[str]
+    #: The same as a lookup by code point (its last entry False, for every larger code point),
+    #: and the sorted keys ``code << 21 | code`` of the pairs.
+    first_codes: np.ndarray
+    pair_keys: np.ndarray
+    prefixes: _Prefixes | None  # None: each request holds back its own text
 
 
 class DetokShard:
@@ -261,9 +279,7 @@ class DetokShard:
         self._stop_refs: dict[tuple[str, ...], int] = {}
         self._gids: dict[tuple[str, ...], int] = {}
         self._free_gids: list[int] = []
-        self._prechecks: (
-            tuple[tuple[str, ...], np.ndarray, np.ndarray, bool, _Prefixes | None] | None
-        ) = None
+        self._prechecks: _Prechecks | None = None
 
     def __len__(self) -> int:
         return len(self._reqs)
@@ -461,11 +477,11 @@ class DetokShard:
             flags[list(errors)] = 2
         if finishes.count(None) != n:
             flags[[j for j, fin in enumerate(finishes) if fin is not None]] = 2
-        stops, firsts, pairs, all_exact, table = self._precheck()
-        if all_exact:
+        checks = self._precheck()
+        if checks.per_request:
             flags[:] = 2
-        elif stops:
-            self._check_stops(sid_arr, texts, flags, firsts, pairs, table)
+        elif checks.stops:
+            self._check_stops(sid_arr, texts, flags, checks)
         exact = np.flatnonzero(flags > 1).tolist()
         by_sid = self._by_sid
         # The rest share one columnar result: each sink queues the step, not an item of its own.
@@ -515,13 +531,7 @@ class DetokShard:
         return blocked
 
     def _check_stops(
-        self,
-        sid_arr: np.ndarray,
-        texts: list[str],
-        flags: np.ndarray,
-        firsts: np.ndarray,
-        pairs: np.ndarray,
-        prefixes: _Prefixes | None,
+        self, sid_arr: np.ndarray, texts: list[str], flags: np.ndarray, checks: _Prechecks
     ) -> None:
         """The step-wide stop check: flag (2) every request whose held and new text may complete
         a stop string; of the others, replace ``texts[j]`` with what may be delivered, holding
@@ -529,53 +539,32 @@ class DetokShard:
         whose held text changes."""
         n = len(texts)
         held_col = self._held
-        had = np.flatnonzero(flags == 1)  # held text to prepend
-        if len(had):
+        had = np.flatnonzero(flags == 1).tolist()  # held text to prepend
+        if had:
             windows = texts.copy()
-            for j, h in zip(had.tolist(), held_col[sid_arr[had]].tolist()):
+            for j, h in zip(had, held_col[sid_arr[had]].tolist()):
                 windows[j] = h + windows[j]
         else:
             windows = texts
-        # All windows in one string, a separator after each: window j ends at ends[j].
+        # All windows in one string, a separator after each.
         big = _SEP.join(windows) + _SEP
-        codes = np.frombuffer(big.encode("utf-32-le"), dtype=np.uint32)
-        if big.count(_SEP) == n:
-            ends = np.flatnonzero(codes == 0)
-        else:  # some text holds the separator character itself
-            ends = np.cumsum(np.fromiter(map(len, windows), dtype=np.int64, count=n) + 1) - 1
-        for s in self._prechecks[0]:  # type: ignore[index]  # a stop string may complete here
-            p = big.find(s)
-            while p != -1:
-                flags[int(np.searchsorted(ends, p))] = 2
-                p = big.find(s, p + 1)
-        # A window may end with the start of a stop string: its last character, or its last two,
-        # tell the candidates; held text may go now.
-        lens = np.empty(n, dtype=np.int64)
-        lens[0] = ends[0]
-        np.subtract(ends[1:], ends[:-1] + 1, out=lens[1:])
-        last = codes[np.maximum(ends - 1, 0)]
-        hold = np.take(firsts, last, mode="clip") & (lens > 0)
-        if len(pairs):
-            keys = (codes[np.maximum(ends - 2, 0)].astype(np.int64) << 21) | last
-            at = np.minimum(np.searchsorted(pairs, keys), len(pairs) - 1)
-            hold |= (pairs[at] == keys) & (lens > 1)
-        hold &= flags < 2
-        if len(had):
-            # Held text with nothing to hold now: it all goes.
-            gone = had[(flags[had] == 1) & ~hold[had]]
-            if len(gone):
-                for j in gone.tolist():
-                    texts[j] = windows[j]
-                sids = sid_arr[gone]
-                held_col[sids] = ""
-                self._mode[sids] = 0
-        cand = np.flatnonzero(hold)
-        if not len(cand):
+        if n < _SMALL_STEP and big.count(_SEP) == n:
+            cand, gone = self._candidates_small(windows, big, flags, had, checks)
+        else:
+            cand, gone = self._candidates(windows, big, flags, had, checks)
+        if gone:  # held text with nothing to hold now: it all goes
+            for j in gone:
+                texts[j] = windows[j]
+            sids = sid_arr[gone]
+            held_col[sids] = ""
+            self._mode[sids] = 0
+        if not cand:
             return
+        prefixes = checks.prefixes
         sids = sid_arr[cand]
         if prefixes is None:  # each runs its own automaton
             by_sid = self._by_sid
-            for j, sid in zip(cand.tolist(), sids.tolist()):
+            for j, sid in zip(cand, sids.tolist()):
                 st = by_sid[sid]
                 assert st is not None
                 hb = st.hb
@@ -589,7 +578,7 @@ class DetokShard:
         own, lengths = prefixes
         held = []
         modes = []
-        for j, g in zip(cand.tolist(), self._gid[sids].tolist()):
+        for j, g in zip(cand, self._gid[sids].tolist()):
             w = windows[j]  # (``windows`` may be ``texts``)
             for k in lengths[g].get(w[-1:], ()):
                 if w[-k:] in own[g]:  # (k past the start: all of w, which may be one)
@@ -603,6 +592,61 @@ class DetokShard:
                 modes.append(0)
         held_col[sids] = held
         self._mode[sids] = modes
+
+    @staticmethod
+    def _candidates(
+        windows: list[str], big: str, flags: np.ndarray, had: list[int], checks: _Prechecks
+    ) -> tuple[list[int], list[int]]:
+        """Flag the windows in which a stop string completes; return the others that may end
+        with the start of one (candidates to hold text back) and those that held text and need
+        not now (columnar)."""
+        n = len(windows)
+        codes = np.frombuffer(big.encode("utf-32-le"), dtype=np.uint32)
+        if big.count(_SEP) == n:
+            ends = np.flatnonzero(codes == 0)  # window j ends at ends[j]
+        else:  # some text holds the separator character itself
+            ends = np.cumsum(np.fromiter(map(len, windows), dtype=np.int64, count=n) + 1) - 1
+        for s in checks.stops:
+            p = big.find(s)
+            while p != -1:
+                flags[int(np.searchsorted(ends, p))] = 2
+                p = big.find(s, p + 1)
+        lens = np.empty(n, dtype=np.int64)
+        lens[0] = ends[0]
+        np.subtract(ends[1:], ends[:-1] + 1, out=lens[1:])
+        last = codes[np.maximum(ends - 1, 0)]
+        hold = np.take(checks.first_codes, last, mode="clip") & (lens > 0)
+        pairs = checks.pair_keys
+        if len(pairs):
+            keys = (codes[np.maximum(ends - 2, 0)].astype(np.int64) << 21) | last
+            at = np.minimum(np.searchsorted(pairs, keys), len(pairs) - 1)
+            hold |= (pairs[at] == keys) & (lens > 1)
+        hold &= flags < 2
+        gone = [j for j in had if flags[j] == 1 and not hold[j]] if had else []
+        return np.flatnonzero(hold).tolist(), gone
+
+    @staticmethod
+    def _candidates_small(
+        windows: list[str], big: str, flags: np.ndarray, had: list[int], checks: _Prechecks
+    ) -> tuple[list[int], list[int]]:
+        """``_candidates`` for a few requests: plain Python costs less than numpy's calls."""
+        for s in checks.stops:
+            p = big.find(s)
+            while p != -1:
+                # Window j ends at the (j + 1)-th separator.
+                flags[big.count(_SEP, 0, p)] = 2
+                p = big.find(s, p + 1)
+        firsts, pairs = checks.firsts, checks.pairs
+        exact = flags.tolist()
+        cand = [
+            j
+            for j, w in enumerate(windows)
+            if (w[-1:] in firsts or w[-2:] in pairs) and exact[j] < 2
+        ]
+        if not had:
+            return cand, []
+        hold = set(cand)
+        return cand, [j for j in had if exact[j] == 1 and j not in hold]
 
     def _decode(
         self, sid_arr: np.ndarray, ids: np.ndarray
@@ -623,30 +667,30 @@ class DetokShard:
                 errors[int(sel[k])] = e
         return texts, errors
 
-    def _precheck(
-        self,
-    ) -> tuple[tuple[str, ...], np.ndarray, np.ndarray, bool, _Prefixes | None]:
-        """For the live requests: their stop strings; a lookup by code point of the stops' first
-        characters (its last entry False, for every larger code point); the sorted keys of the
-        last two characters of their longer proper prefixes; whether the step-wide pre-check
-        is not worth it (a stop string containing the separator, or so many different stop
-        strings that checking each request's own is cheaper); and the table for the step-wide
-        hold-back (None: each request holds back its own text)."""
+    def _precheck(self) -> _Prechecks:
+        """The step-wide stop check's tables for the live requests' stop strings."""
         if self._prechecks is None:
             stops = tuple(dict.fromkeys(s for group in self._stop_refs for s in group))
             first_set: set[str] = set()
-            pair_set: set[int] = set()
+            pair_set: set[str] = set()
             for group in self._stop_refs:
                 group_firsts, group_pairs = _hold_keys(group)
                 first_set |= group_firsts
                 pair_set |= group_pairs
             codes = [ord(c) for c in first_set]
-            firsts = np.zeros(max(codes, default=-1) + 2, dtype=bool)
-            firsts[codes] = True
-            pairs = np.array(sorted(pair_set), dtype=np.int64)
+            first_codes = np.zeros(max(codes, default=-1) + 2, dtype=bool)
+            first_codes[codes] = True
+            keys = sorted((ord(p[0]) << 21) | ord(p[1]) for p in pair_set)
             per_request = len(stops) > _MAX_SHARED_STOPS or any(_SEP in s for s in stops)
-            table = None if per_request else _prefixes(self._gids)
-            self._prechecks = (stops, firsts, pairs, per_request, table)
+            self._prechecks = _Prechecks(
+                stops,
+                per_request,
+                frozenset(first_set),
+                frozenset(pair_set),
+                first_codes,
+                np.array(keys, dtype=np.int64),
+                None if per_request else _prefixes(self._gids),
+            )
         return self._prechecks
 
     def _general_step(self, decoded: Decoded) -> None:
