@@ -65,3 +65,33 @@ async def test_a_finished_response_is_left_alone():
 
     resp = await call(_app(fails_after, []), "GET", "/x")
     assert resp.status == 200 and resp.chunks == [b"ok"]
+
+
+async def test_mid_stream_chunks_may_skip_the_wrappers_that_watch_start_and_end():
+    """``direct`` of a send wrapped by ``guarded``, the access log and a CORS header adder is the
+    server's own send; a stream written through it still gets its error event from the guard."""
+    from tokenwire.server import access_log
+    from tokenwire.server.guard import direct
+
+    seen: list = []
+    sends: list = []
+
+    async def handler(scope, receive, send):
+        sends.append(direct(send))
+        headers = [(b"content-type", b"text/event-stream")]
+        await send({"type": "http.response.start", "status": 200, "headers": headers})
+        await direct(send)(
+            {"type": "http.response.body", "body": b"data: 1\n\n", "more_body": True}
+        )
+        raise Boom("late")
+
+    async def app(scope, receive, send):
+        sends.append(send)
+        await access_log.logged(
+            lambda s, r, w: guarded(handler, s, r, w, seen.append), scope, receive, send
+        )
+
+    resp = await call(app, "POST", "/x")
+    assert sends[1] is sends[0]  # the server's send itself
+    assert resp.body.startswith(b"data: 1\n\n") and resp.body.endswith(b"data: [DONE]\n\n")
+    assert len(seen) == 1

@@ -8,6 +8,8 @@ import logging
 import time
 from typing import Any
 
+from tokenwire.server.guard import passing
+
 __all__ = ["access_line", "logged"]
 
 log = logging.getLogger("tokenwire.access")
@@ -40,6 +42,6 @@ async def logged(app: Any, scope: dict[str, Any], receive: Any, send: Any) -> No
         await send(message)
 
     try:
-        await app(scope, receive, send_seen)
+        await app(scope, receive, passing(send_seen, send))
     finally:
         log.info("%s", access_line(scope, status, time.perf_counter() - start))

@@ -31,7 +31,7 @@ from tokenwire.messages.errors import (
 from tokenwire.runtime import Runtime, ServerConfig
 from tokenwire.server import access_log, api, limits, utility
 from tokenwire.server.chat_output import ChoiceOutput
-from tokenwire.server.guard import guarded
+from tokenwire.server.guard import direct, guarded, passing
 from tokenwire.server.logprobs import ChoiceLogprobs, GenerateLogprobs, TokenStrings
 from tokenwire.server.metrics import Metrics
 from tokenwire.server.security import Security
@@ -147,7 +147,7 @@ def _adding_headers(send: Any, headers: list[tuple[bytes, bytes]]) -> Any:
             message = {**message, "headers": [*message.get("headers", ()), *headers]}
         await send(message)
 
-    return adding
+    return passing(adding, send)
 
 
 async def _wait_disconnect(receive: Any) -> None:
@@ -361,6 +361,8 @@ class App:
         start = time.perf_counter()
         try:
             await send({"type": "http.response.start", "status": 200, "headers": _SSE})
+            # Mid-stream chunks skip the wrappers that only look at the start and the end.
+            write = direct(send)
             pending = streamer.head()
             if len(subs) == 1:
                 # One choice (the common case): wait on its sink directly.
@@ -372,7 +374,7 @@ class App:
                     data = pending + streamer.feed(batch)
                     pending = b""
                     if data:
-                        await send({"type": "http.response.body", "body": data, "more_body": True})
+                        await write({"type": "http.response.body", "body": data, "more_body": True})
             else:
                 merged = _merged(subs)
                 try:
@@ -380,7 +382,7 @@ class App:
                         data = pending + streamer.feed(batch)
                         pending = b""
                         if data:
-                            await send(
+                            await write(
                                 {"type": "http.response.body", "body": data, "more_body": True}
                             )
                         if not streamer.open:

@@ -39,6 +39,20 @@ def json_response(status: int, body: bytes, extra: list | None = None) -> list[d
     ]
 
 
+def passing(wrapper: Any, send: Any) -> Any:
+    """Mark ``wrapper``, an ASGI ``send`` that only looks at a response's start and last body
+    message, as one that mid-stream body messages may skip: ``direct(wrapper)`` is then the
+    ``send`` under it (and under any such wrappers it wraps)."""
+    wrapper.direct = direct(send)
+    return wrapper
+
+
+def direct(send: Any) -> Any:
+    """The ``send`` for a streamed response's mid-stream body messages (``more_body`` true):
+    ``send`` itself, or what the wrappers marked with ``passing`` wrap."""
+    return getattr(send, "direct", send)
+
+
 async def guarded(
     handler: Handler,
     scope: dict,
@@ -63,7 +77,7 @@ async def guarded(
         await send(message)
 
     try:
-        await handler(scope, receive, tracked)
+        await handler(scope, receive, passing(tracked, send))
     except Exception:
         log.exception("%s %s failed", scope.get("method"), scope.get("path"))
         if done:
