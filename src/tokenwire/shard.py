@@ -35,6 +35,7 @@ may live elsewhere).
 
 from __future__ import annotations
 
+import re
 import time
 from collections.abc import Callable, Sequence
 from functools import lru_cache
@@ -237,6 +238,8 @@ class _Prechecks(NamedTuple):
     #: character) or of ``pairs`` (the last two characters of a longer proper prefix).
     firsts: frozenset[str]
     pairs: frozenset[str]
+    #: Any of those followed by the separator (None when there are none).
+    ends: re.Pattern[str] | None
     #: The same as a lookup by code point (its last entry False, for every larger code point),
     #: and the sorted keys ``code << 21 | code`` of the pairs.
     first_codes: np.ndarray
@@ -280,6 +283,10 @@ class DetokShard:
         self._gids: dict[tuple[str, ...], int] = {}
         self._free_gids: list[int] = []
         self._prechecks: _Prechecks | None = None
+        # The last step's requests, their slots and rows (engines step the same batch again and
+        # again); valid while no request has come or gone since (``_layout`` counts those).
+        self._layout = 0
+        self._last: tuple[list[str], int, list[int], np.ndarray, list[int]] | None = None
 
     def __len__(self) -> int:
         return len(self._reqs)
@@ -328,6 +335,7 @@ class DetokShard:
         self._dslot[sid] = slot
         self._bidx[sid] = self._batch_list.index(batch)
         self._held[sid] = ""
+        self._layout += 1
         self._count(st, +1)
 
     def _grow(self) -> int:
@@ -403,6 +411,7 @@ class DetokShard:
         self._sinks[st.sid] = None
         self._mode[st.sid] = 2
         self._held[st.sid] = ""
+        self._layout += 1
         self._free.append(st.sid)
         self._count(st, -1)
 
@@ -438,6 +447,10 @@ class DetokShard:
             if decoded.cached_tokens or decoded.reasoning_tokens
             else None
         )
+        last = self._last
+        if last is not None and last[1] == self._layout and last[0] == rids:
+            self._fast_step(rids, last[2], ids, prompt, finishes, counts, last[3], last[4])
+            return
         try:
             sids = list(map(self._sid.__getitem__, rids))
         except KeyError:
@@ -463,11 +476,19 @@ class DetokShard:
         prompt: list[int],
         finishes: list[FinishReason | None],
         counts: list[tuple[int, int]] | None = None,
+        sid_arr: np.ndarray | None = None,
+        rows: list[int] | None = None,
     ) -> None:
         """One token per request: columnar all the way to the items, except for the few requests
-        that finish, or that a stop string or the hold-back concerns."""
+        that finish, or that a stop string or the hold-back concerns. (``sid_arr``: ``sids`` as
+        an array; ``rows``: the row of each slot, as ``StepChunks`` maps them.)"""
         n = len(sids)
-        sid_arr = np.array(sids, dtype=np.intp)
+        if sid_arr is None or rows is None:
+            sid_arr = np.array(sids, dtype=np.intp)
+            rows_arr = np.zeros(len(self._by_sid), dtype=np.intp)
+            rows_arr[sid_arr] = np.arange(n)
+            rows = rows_arr.tolist()
+            self._last = (rids, self._layout, sids, sid_arr, rows)
         texts, errors = self._decode(sid_arr, ids)
         ntok = self._ntok[sid_arr] + 1
         self._ntok[sid_arr] = ntok
@@ -486,9 +507,7 @@ class DetokShard:
         by_sid = self._by_sid
         # The rest share one columnar result: each sink queues the step, not an item of its own.
         # (Lists, not arrays: a consumer reads its row with plain indexing.)
-        rows = np.zeros(len(by_sid), dtype=np.intp)
-        rows[sid_arr] = np.arange(n)
-        step = StepChunks(rids, ids.tolist(), prompt, texts, ntok.tolist(), rows.tolist())
+        step = StepChunks(rids, ids.tolist(), prompt, texts, ntok.tolist(), rows)
         out = sids if not exact else sid_arr[flags < 2].tolist()
         blocked = self._deliver(step, out)
         if exact:
@@ -636,16 +655,21 @@ class DetokShard:
                 # Window j ends at the (j + 1)-th separator.
                 flags[big.count(_SEP, 0, p)] = 2
                 p = big.find(s, p + 1)
-        firsts, pairs = checks.firsts, checks.pairs
-        exact = flags.tolist()
-        cand = [
-            j
-            for j, w in enumerate(windows)
-            if (w[-1:] in firsts or w[-2:] in pairs) and exact[j] < 2
-        ]
+        cand = []
+        ends = checks.ends
+        if ends is not None:
+            exact = flags.tolist()
+            j = prev = 0
+            for m in ends.finditer(big):
+                sep = m.end() - 1  # window j ends here: count the separators before it
+                j += big.count(_SEP, prev, sep)
+                prev = sep
+                if exact[j] < 2:
+                    cand.append(j)
         if not had:
             return cand, []
         hold = set(cand)
+        exact = flags.tolist()
         return cand, [j for j in had if exact[j] == 1 and j not in hold]
 
     def _decode(
@@ -682,11 +706,13 @@ class DetokShard:
             first_codes[codes] = True
             keys = sorted((ord(p[0]) << 21) | ord(p[1]) for p in pair_set)
             per_request = len(stops) > _MAX_SHARED_STOPS or any(_SEP in s for s in stops)
+            tails = sorted(first_set | pair_set, key=len, reverse=True)
             self._prechecks = _Prechecks(
                 stops,
                 per_request,
                 frozenset(first_set),
                 frozenset(pair_set),
+                re.compile("(?:" + "|".join(map(re.escape, tails)) + ")" + _SEP) if tails else None,
                 first_codes,
                 np.array(keys, dtype=np.int64),
                 None if per_request else _prefixes(self._gids),
