@@ -627,3 +627,22 @@ def test_batched_hold_back_matches_brute_force_after_every_step(mode, monkeypatc
         assert len(shard) == 0
 
     run()
+
+
+def test_requests_that_come_and_go_between_identical_steps_get_their_own_text():
+    """A step names the same request ids as the last one, but the requests behind them were
+    ended and registered again, in other slots: each gets its own text."""
+    tok = byte_tokenizer()
+    shard = DetokShard()
+    sinks = {rid: EgressSink(capacity=100) for rid in ("a", "b")}
+    for rid in ("a", "b"):
+        shard.register(rid, sinks[rid], tok, b("> "), SamplingParams().normalize(tok))
+    shard.on_frame(frame([("a", b("x"), None), ("b", b("y"), None)]))
+    assert shard.abort("a") and shard.abort("b")
+    again = {rid: EgressSink(capacity=100) for rid in ("a", "b")}
+    for rid in ("a", "b"):  # (slots are reused last freed first: they swap)
+        shard.register(rid, again[rid], tok, b("> "), SamplingParams().normalize(tok))
+    shard.on_frame(frame([("a", b("p"), None), ("b", b("q"), None)]))
+    shard.on_frame(frame([("a", b("r"), None), ("b", b("s"), None)]))
+    assert "".join(i.event.text for i in again["a"].drain()) == "pr"
+    assert "".join(i.event.text for i in again["b"].drain()) == "qs"
