@@ -2,13 +2,20 @@
 ASGI app that streams pre-built SSE chunks of the same sizes (the HTTP stack's own ceiling).
 
     python bench/http.py                     (C = 64, 256, 1024 concurrent streaming requests)
+    SERVERS=uvicorn,granian python bench/http.py     (the ceiling under each server)
 
 Each server runs in its own process pinned to one core (CPU 0); this process is the load generator
 (pinned to CPU 1): C concurrent streaming ``/v1/completions`` requests, each for ``TOKENS``
 tokens (random output, ``ignore_eos``), over raw asyncio connections so the client stays cheap.
 Reported side by side: streamed tokens/s, time to first token and inter-chunk latency
-percentiles, and tokenwire's share of the ceiling.
-Environment: CONCURRENCY=64,256,1024  TOKENS=128  ROUNDS=5.
+percentiles, and each one's share of the best ceiling (the median of per-round ratios).
+
+``SERVERS`` runs the ceiling app under each of: ``uvicorn`` (httptools, uvloop; the default and
+what ``tokenwire serve`` runs on), ``granian`` (its ASGI interface, one worker, uvloop),
+``granian-rsgi`` (the same chunks through granian's native RSGI interface) and ``hypercorn``
+(uvloop); granian and hypercorn come with the ``bench`` extra. All servers are up at once and
+idle when not loaded; rounds alternate between them.
+Environment: CONCURRENCY=64,256,1024  TOKENS=128  ROUNDS=5  SERVERS=uvicorn.
 """
 
 from __future__ import annotations
@@ -17,8 +24,9 @@ import sys
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-# This file is named http.py: keep it from shadowing the standard library's http package.
-sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != HERE]
+# This file is named http.py: keep its folder behind the standard library (whose http package it
+# would shadow) but on the path, for loadgen.
+sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != HERE] + [str(HERE)]
 
 import asyncio  # noqa: E402
 import json  # noqa: E402
@@ -29,6 +37,7 @@ from loadgen import free_port, load, request_bytes, summary, wait_port  # noqa: 
 
 TOKENS = int(os.environ.get("TOKENS", "128"))
 ROUNDS = int(os.environ.get("ROUNDS", "5"))
+SERVERS = ("uvicorn", "granian", "granian-rsgi", "hypercorn")
 MODEL = "Qwen/Qwen3-0.6B"
 
 
@@ -81,7 +90,61 @@ async def ceiling_app(scope, receive, send):  # pragma: no cover - runs in its o
     await send({"type": "http.response.body", "body": b"", "more_body": False})
 
 
+class CeilingRSGI:  # pragma: no cover - runs in its own process
+    """The ceiling app on granian's RSGI interface: the same chunks, one ``send_bytes`` each."""
+
+    async def __rsgi__(self, scope, proto):
+        await proto()  # the request body
+        transport = proto.response_stream(200, [("content-type", "text/event-stream")])
+        for chunk in CHUNKS:
+            await transport.send_bytes(chunk)
+            await asyncio.sleep(0)
+
+
 CHUNKS = _ceiling_chunks()
+
+
+def serve_ceiling(server: str, port: int) -> None:  # pragma: no cover - its own process
+    """Serve the ceiling app on ``port`` under ``server`` (one of ``SERVERS``), pinned to CPU 0."""
+    os.sched_setaffinity(0, {0})  # threads started from here on (granian's too) inherit it
+    if server == "uvicorn":
+        import uvicorn
+
+        uvicorn.run(
+            ceiling_app,
+            host="127.0.0.1",
+            port=port,
+            log_level="warning",
+            access_log=False,
+        )
+    elif server in ("granian", "granian-rsgi"):
+        from granian import Granian
+
+        rsgi = server == "granian-rsgi"
+        app = CeilingRSGI() if rsgi else ceiling_app
+        Granian(
+            "ceiling",  # a name only: the loader below hands over the app itself
+            address="127.0.0.1",
+            port=port,
+            interface="rsgi" if rsgi else "asgi",
+            http="1",
+            loop="uvloop",
+            backlog=2048,  # uvicorn's
+            backpressure=1 << 16,  # never queue requests: the load decides concurrency
+            log_level="warning",
+        ).serve(target_loader=lambda: app, wrap_loader=False)
+    elif server == "hypercorn":
+        import uvloop
+        from hypercorn.asyncio import serve
+        from hypercorn.config import Config
+
+        config = Config()
+        config.bind = [f"127.0.0.1:{port}"]
+        config.backlog = 2048  # uvicorn's
+        config.loglevel = "WARNING"
+        uvloop.run(serve(ceiling_app, config))
+    else:
+        raise SystemExit(f"unknown server {server!r}: one of {', '.join(SERVERS)}")
 
 
 def _start(kind: str, port: int) -> subprocess.Popen:
@@ -106,23 +169,15 @@ def _start(kind: str, port: int) -> subprocess.Popen:
             "--log-level",
             "warning",
         ]
-    else:
-        cmd = [sys.executable, str(Path(__file__)), "ceiling-server", str(port)]
+    else:  # "ceiling" or "ceiling/SERVER"
+        server = kind.partition("/")[2] or "uvicorn"
+        cmd = [sys.executable, str(Path(__file__)), "ceiling-server", str(port), server]
     return subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
 
 
 def main() -> None:
     if len(sys.argv) > 1 and sys.argv[1] == "ceiling-server":
-        import uvicorn
-
-        os.sched_setaffinity(0, {0})
-        uvicorn.run(
-            ceiling_app,
-            host="127.0.0.1",
-            port=int(sys.argv[2]),
-            log_level="warning",
-            access_log=False,
-        )
+        serve_ceiling(sys.argv[3] if len(sys.argv) > 3 else "uvicorn", int(sys.argv[2]))
         return
     if os.cpu_count() and os.cpu_count() > 1:
         os.sched_setaffinity(0, {1})
@@ -133,9 +188,14 @@ def main() -> None:
     except ImportError:
         pass
     levels = [int(c) for c in os.environ.get("CONCURRENCY", "64,256,1024").split(",")]
-    # Both servers up (idle when not loaded, both pinned to CPU 0); rounds alternate between them
-    # so that drifts in machine speed hit both alike.
-    ports = {"ceiling": free_port(), "tokenwire": free_port()}
+    servers = os.environ.get("SERVERS", "uvicorn").split(",")
+    unknown = set(servers) - set(SERVERS)
+    if unknown:
+        raise SystemExit(f"SERVERS: unknown {', '.join(sorted(unknown))} (one of {SERVERS})")
+    ceilings = ["ceiling"] if servers == ["uvicorn"] else [f"ceiling/{s}" for s in servers]
+    # Every server up (idle when not loaded, all pinned to CPU 0); rounds alternate between them
+    # so that drifts in machine speed hit all alike.
+    ports = {k: free_port() for k in [*ceilings, "tokenwire"]}
     procs = {k: _start(k, p) for k, p in ports.items()}
     rows = []
     try:
@@ -144,19 +204,18 @@ def main() -> None:
             wait_port(p, procs[k])
             asyncio.run(load(p, 16, payloads[k], TOKENS))  # warm-up
         for c in levels:
-            runs: dict[str, list[dict]] = {"ceiling": [], "tokenwire": []}
+            runs: dict[str, list[dict]] = {k: [] for k in ports}
             for _ in range(ROUNDS):
                 for kind, port in ports.items():
                     runs[kind].append(asyncio.run(load(port, c, payloads[kind], TOKENS)))
-            ratios = [
-                t["tokens_per_s"] / e["tokens_per_s"]
-                for t, e in zip(runs["tokenwire"], runs["ceiling"])
-            ]
+            # The best ceiling at this C (by median tokens/s); shares are paired per round.
+            best = max(ceilings, key=lambda k: summary(runs[k])["tokens_per_s"])
             for kind in ports:
-                rec = {"impl": kind, "C": c, **summary(runs[kind])}
-                rec["share"] = (
-                    round(sorted(ratios)[len(ratios) // 2], 3) if kind == "tokenwire" else 1.0
+                ratios = sorted(
+                    r["tokens_per_s"] / b["tokens_per_s"] for r, b in zip(runs[kind], runs[best])
                 )
+                rec = {"impl": kind, "C": c, **summary(runs[kind])}
+                rec["share"] = round(ratios[len(ratios) // 2], 3)
                 print(json.dumps(rec), flush=True)
                 rows.append(rec)
     finally:
@@ -164,7 +223,7 @@ def main() -> None:
             proc.terminate()
             proc.wait(10)
     print(
-        "\n| C | server | tokens/s (median) | share of ceiling (median of paired rounds) "
+        "\n| C | server | tokens/s (median) | share of best ceiling (median of paired rounds) "
         "| TTFT p50 / p99 ms | ITL p50 / p99 ms |"
     )
     print("|---:|---|---:|---:|---:|---:|")
