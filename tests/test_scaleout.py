@@ -138,6 +138,10 @@ def test_two_api_servers_over_two_engines_with_the_openai_client():
         ]
         assert sum(per_worker) == total and min(per_worker) > 0
         assert metric(srv.url, "tokenwire:engines_alive") == 2
+        # Each engine step's scheduler stats reach one worker only (vLLM's rule): the merge takes
+        # each engine's newest, so nothing is left running once every request is done.
+        for name in ("tokenwire:num_requests_running", "tokenwire:num_requests_waiting"):
+            assert metric(srv.url, name) == 0, name
         models = {httpx.get(srv.url + "/v1/models").json()["data"][0]["id"] for _ in range(6)}
         assert models == {MODEL}
 
@@ -170,6 +174,47 @@ def test_an_engine_dying_mid_load_fails_only_its_requests():
         assert metric(srv.url, "tokenwire:engines_alive") == 1
         out = srv.client.completions.create(model=MODEL, prompt="x", max_tokens=2)
         assert out.choices[0].finish_reason == "length"
+
+
+def test_an_engines_scheduler_gauges_are_its_newest_stats_whichever_worker_holds_them():
+    # vLLM sends each step's scheduler stats to one API server only (the first with outputs in
+    # that step), so a worker whose requests ended keeps stats from back then. One engine, two
+    # workers, a stream on each: the first ends (its client goes away) while the second runs, so
+    # the first worker's last stats count a request running; the second runs to its length, and
+    # the engine's newest stats (the second worker's) count none.
+    body = {"model": MODEL, "prompt": "x", "stream": True}
+
+    def running() -> float:
+        return metric(srv.url, "tokenwire:num_requests_running")
+
+    with scaled(
+        "--synthetic-output", "random", "--step-time-ms", "5", "--data-parallel-size", "1"
+    ) as srv:
+        with contextlib.ExitStack() as stack:
+            first = stack.enter_context(httpx.Client(base_url=srv.url, timeout=30))
+            one = stack.enter_context(
+                first.stream("POST", "/v1/completions", json={**body, "max_tokens": 5000})
+            )
+            one_lines = one.iter_lines()  # kept: dropping the iterator would close the stream
+            assert next(one_lines).startswith("data:")
+            # A connection to the other worker: the one with no request of its own.
+            for _ in range(100):
+                second = stack.enter_context(httpx.Client(base_url=srv.url, timeout=30))
+                info = second.get("/get_server_info").json()
+                if info["internal_states"][0]["num_running_reqs"] == 0:
+                    break
+            else:
+                pytest.fail("no connection reached the second worker")
+            two = stack.enter_context(
+                second.stream("POST", "/v1/completions", json={**body, "max_tokens": 400})
+            )
+            two_lines = two.iter_lines()
+            assert next(two_lines).startswith("data:")
+            one.close()  # the client goes away: the engine aborts its request
+            assert '"finish_reason":"length"' in "".join(two_lines)
+        wait_until(lambda: running() == 0, 10, "no request running")
+        assert metric(srv.url, "tokenwire:num_requests_waiting") == 0
+        assert metric(srv.url, "tokenwire:kv_cache_usage_perc") == 0
 
 
 def test_a_worker_dying_stops_the_server_and_leaves_no_process():

@@ -178,3 +178,56 @@ def test_a_request_for_no_tokens_gets_none_of_the_one_vllm_makes():
     out = wire.decode_outputs(msgspec.msgpack.encode([0, [["z", [42], None, None, None, 1]]]))
     d = wire.to_batch(out.outputs, {"z": 3}, {"z": 0}).decoded
     assert d.tok_lens == [0] and d.finish_reasons[0] == FinishReason.length(0)
+
+
+#: vLLM 0.32's ``SchedulerStats`` as it travels (recorded from a CPU engine in mid-stream).
+RECORDED_STATS = {
+    "num_running_reqs": 1,
+    "num_waiting_reqs": 0,
+    "num_skipped_waiting_reqs": 0,
+    "num_kv_fetch_reqs_by_stage": {"waiting_to_start": 0, "in_progress": 0, "completed_waiting": 0},
+    "step_counter": 0,
+    "current_wave": 0,
+    "kv_cache_usage": 6.103888176767214e-05,
+    "iteration_details": None,
+    "prefix_cache_stats": {
+        "reset": False,
+        "requests": 1,
+        "queries": 2,
+        "hits": 0,
+        "preempted_requests": 0,
+        "preempted_queries": 0,
+        "preempted_hits": 0,
+        "hits_by_source": {},
+    },
+    "connector_prefix_cache_stats": None,
+    "kv_cache_eviction_events": [],
+    "spec_decoding_stats": None,
+    "kv_connector_stats": None,
+    "ec_connector_stats": None,
+    "waiting_lora_adapters": {},
+    "running_lora_adapters": {},
+    "cudagraph_stats": None,
+    "perf_stats": None,
+}
+
+
+def test_scheduler_stats_come_with_the_engines_time_on_any_message_that_carries_them():
+    # A step's message to the frontend that gets the stats (with outputs or without), and the
+    # same step's message to another frontend, without: vLLM 0.32's whole layout, trailing fields
+    # (finished requests, waves, weight version) included.
+    with_outputs = [0, [["r", [5]]], RECORDED_STATS, 812.25, None, None, None, None, "default"]
+    alone = [1, [], RECORDED_STATS, 813.5, None, ["q"], None, None, "default"]
+    without = [0, [["s", [6]]], None, 812.25, None, None, None, None, "default"]
+    stats, at = wire.scheduler_stats(wire.decode_outputs(msgspec.msgpack.encode(with_outputs)))
+    assert stats == RECORDED_STATS and at == 812.25
+    msg = wire.decode_outputs(msgspec.msgpack.encode(alone))
+    assert msg.engine_index == 1 and not msg.outputs
+    assert wire.scheduler_stats(msg) == (RECORDED_STATS, 813.5)
+    assert wire.scheduler_stats(wire.decode_outputs(msgspec.msgpack.encode(without))) is None
+    not_a_map = wire.decode_outputs(msgspec.msgpack.encode([0, [], [1, 2], 1.0]))
+    assert wire.scheduler_stats(not_a_map) is None
+    # The mock engine's step messages carry them the same way.
+    step = wire.outputs_for_step(0, [("r", [5], None, None)], stats={"num_running_reqs": 1})
+    got = wire.scheduler_stats(wire.decode_outputs(wire.encode_outputs(step)))
+    assert got == ({"num_running_reqs": 1}, step.timestamp)

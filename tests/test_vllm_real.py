@@ -281,6 +281,9 @@ def test_engine_killed_mid_stream_gives_clean_errors_then_503(tw):
 
     t = threading.Thread(target=reader)
     t.start()
+    # The first chunk, not /metrics, says the stream runs: while vLLM generates on a 2-core
+    # machine its engine core and worker busy-poll both cores, a scrape can wait seconds for a CPU
+    # and come back after the whole stream (about 3 s) is over.
     assert started.wait(60), "the stream never started"
     (child,) = children(tw.proc.pid)
     doomed, todo = [], [child]  # the vLLM process and everything it started (its engine core)

@@ -105,10 +105,15 @@ class Runtime:
         )
         self.shard = DetokShard(self._abort_in_engine, max_stall=config.stall_timeout)
         self.metrics = Metrics()
-        EngineCollector(engine, self.metrics.registry)
+        collector = EngineCollector(engine, self.metrics.registry)
         #: Set when several API-server processes share one /metrics.
         self.shared_metrics = (
-            SharedMetrics(self.metrics.registry, config.metrics_dir, config.worker_index)
+            SharedMetrics(
+                self.metrics.registry,
+                config.metrics_dir,
+                config.worker_index,
+                collector.stats_taken_at,
+            )
             if config.metrics_dir
             else None
         )

@@ -14,7 +14,7 @@ import os
 import signal
 import time
 from bisect import bisect_left
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, generate_latest
 from prometheus_client.core import GaugeMetricFamily, HistogramMetricFamily, Metric
@@ -124,6 +124,12 @@ class EngineCollector:
         self.engine = engine
         registry.register(self)
 
+    def stats_taken_at(self) -> dict[str, float]:
+        """When each engine (by its ``engine`` label) took the scheduler stats these gauges
+        show, by that engine's clock (empty for an engine without scheduler stats)."""
+        taken = getattr(self.engine, "scheduler_stats_at", None) or {}
+        return {str(rank): float(at) for rank, at in taken.items()}
+
     def collect(self) -> Iterator[GaugeMetricFamily]:
         stats = getattr(self.engine, "scheduler_stats", None)
         alive = GaugeMetricFamily("tokenwire:engines_alive", "Engines able to serve")
@@ -170,14 +176,16 @@ class EngineCollector:
         return []
 
 
-#: Gauges that describe the shared engines: every worker sees the same, so they merge by max.
-_ENGINE_GAUGES = frozenset(
+#: Gauges that describe the shared engines as every worker sees them: they merge by max.
+_ENGINE_GAUGES = frozenset({"tokenwire:engines_alive", "tokenwire:kv_cache_capacity_tokens"})
+#: Gauges from the engines' scheduler stats, which vLLM sends to one worker per step (so a
+#: worker's may be long out of date): each engine's value comes from the worker that holds its
+#: newest stats, by the engine's clock (vLLM's own merge, "mostrecent").
+_SCHEDULER_GAUGES = frozenset(
     {
-        "tokenwire:engines_alive",
         "tokenwire:num_requests_running",
         "tokenwire:num_requests_waiting",
         "tokenwire:kv_cache_usage_perc",
-        "tokenwire:kv_cache_capacity_tokens",
     }
 )
 
@@ -188,14 +196,24 @@ class SharedMetrics:
     Each worker writes a snapshot of its registry (every sample, with its family's name, type and
     help) to ``worker-<index>.json`` in a shared directory, atomically, on every scrape it serves
     and periodically; a scrape merges every worker's latest snapshot: counters, histograms and
-    per-worker gauges add up, the engines' gauges (the same engines seen from every worker) take
-    the largest. ``tokenwire_api_server_requests_total{worker}`` says how the load spreads.
+    per-worker gauges add up; the engines' scheduler gauges take, per engine, the value of the
+    worker that holds that engine's newest stats (``stats_taken_at`` says when each worker's were
+    taken, by the engine's clock); the other engine gauges (the same engines seen from every
+    worker) take the largest.
+    ``tokenwire_api_server_requests_total{worker}`` says how the load spreads.
     """
 
-    def __init__(self, registry: CollectorRegistry, directory: str, index: int) -> None:
+    def __init__(
+        self,
+        registry: CollectorRegistry,
+        directory: str,
+        index: int,
+        stats_taken_at: Callable[[], dict[str, float]] | None = None,
+    ) -> None:
         self.registry = registry
         self.directory = directory
         self.index = index
+        self.stats_taken_at = stats_taken_at
         self._path = os.path.join(directory, f"worker-{index}.json")
 
     def write(self) -> None:
@@ -217,9 +235,15 @@ class SharedMetrics:
                 [("tokenwire_api_server_requests_total", {"worker": str(self.index)}, requests)],
             )
         )
+        snapshot = {
+            "pid": os.getpid(),
+            "written": time.time(),
+            "families": families,
+            "stats_taken_at": self.stats_taken_at() if self.stats_taken_at is not None else {},
+        }
         tmp = f"{self._path}.{os.getpid()}.tmp"
         with open(tmp, "w", encoding="utf-8") as f:
-            json.dump({"pid": os.getpid(), "written": time.time(), "families": families}, f)
+            json.dump(snapshot, f)
         os.replace(tmp, self._path)
 
     def _snapshots(self) -> dict[str, dict]:
@@ -255,14 +279,14 @@ class SharedMetrics:
         """The merged exposition of every worker's latest snapshot (call ``refresh`` first)."""
         merged: dict[str, tuple[str, str, dict[tuple, list]]] = {}
         for snap in self._snapshots().values():
+            taken_at = snap.get("stats_taken_at") or {}
             for fam_name, kind, doc, samples in snap.get("families", []):
                 entry = merged.setdefault(fam_name, (kind, doc, {}))
                 for sample, labels, value in samples:
                     key = (sample, tuple(sorted(labels.items())))
-                    if key not in entry[2]:
-                        entry[2][key] = [value]
-                    else:
-                        entry[2][key].append(value)
+                    if fam_name in _SCHEDULER_GAUGES:  # (when taken, value): the newest wins
+                        value = (taken_at.get(labels.get("engine"), float("-inf")), value)
+                    entry[2].setdefault(key, []).append(value)
         registry = CollectorRegistry()
         registry.register(_Merged(merged))
         return generate_latest(registry)
@@ -286,7 +310,12 @@ class _Merged:
         for name, (kind, doc, samples) in self.merged.items():
             fam = Metric(name, doc, kind)
             for (sample, labels), values in samples.items():
-                value = max(values) if name in _ENGINE_GAUGES else sum(values)
+                if name in _SCHEDULER_GAUGES:
+                    value = max(values)[1]
+                elif name in _ENGINE_GAUGES:
+                    value = max(values)
+                else:
+                    value = sum(values)
                 fam.add_sample(sample, dict(labels), value)
             yield fam
 

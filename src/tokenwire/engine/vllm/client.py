@@ -25,7 +25,6 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-import msgspec
 import zmq
 import zmq.asyncio
 
@@ -144,6 +143,9 @@ class VllmEngine:
         self.max_model_len: int | None = None
         #: The latest scheduler stats per engine rank (raw map), for /metrics.
         self.scheduler_stats: dict[int, dict[str, Any]] = {}
+        #: When each rank took its latest stats, by that engine's clock: vLLM gives each step's
+        #: stats to one API server only, so with several this says whose are the newest.
+        self.scheduler_stats_at: dict[int, float] = {}
 
     # ---- Engine protocol -------------------------------------------------------------------------
 
@@ -441,7 +443,7 @@ class VllmEngine:
                     if msg.utility_output is not None:
                         self._utility_result(msg.utility_output)
                     if msg.scheduler_stats != wire._NIL:
-                        self._stats(msg.engine_index, msg.scheduler_stats)
+                        self._stats(msg)
         except asyncio.CancelledError:
             raise
         except Exception as exc:  # the socket broke: nothing more can arrive
@@ -552,11 +554,14 @@ class VllmEngine:
             result = out.result
             fut.set_result(result[1] if isinstance(result, list) and len(result) == 2 else result)
 
-    def _stats(self, rank: int, raw: msgspec.Raw) -> None:
-        with contextlib.suppress(msgspec.DecodeError):
-            stats = msgspec.msgpack.decode(raw)
-            if isinstance(stats, dict):
-                self.scheduler_stats[rank] = stats
+    def _stats(self, msg: wire.EngineCoreOutputs) -> None:
+        got = wire.scheduler_stats(msg)
+        if got is not None:
+            stats, at = got
+            self.scheduler_stats[msg.engine_index] = stats
+            # An engine that does not stamp its messages: when they arrive (the API servers
+            # share one host's monotonic clock).
+            self.scheduler_stats_at[msg.engine_index] = at or time.monotonic()
 
 
 def _kv_capacity(ready: dict[str, Any]) -> int | None:

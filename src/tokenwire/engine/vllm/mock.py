@@ -3,7 +3,8 @@
 It does what a headless vLLM engine does on the wire: dials the frontend's handshake address,
 says HELLO, takes the init metadata, connects a DEALER to every input address and a PUSH to every
 output address, sends its ready response on each, says READY; then serves ADD, ABORT and UTILITY
-and sends ``EngineCoreOutputs`` with vLLM's layout, one message per step per frontend. Any vLLM
+and sends ``EngineCoreOutputs`` with vLLM's layout, one message per step per frontend with outputs
+in it, the step's scheduler stats on one of them only (as vLLM's scheduler does). Any vLLM
 frontend can drive it: tokenwire's own, or stock ``vllm serve`` waiting for a remote engine, so
 both are measured over the same engine with no GPU.
 """
@@ -81,7 +82,7 @@ class MockEngine:
             await self.synthetic.start(self._on_frame)
             if ready is not None:
                 ready.set()
-            await asyncio.gather(*(self._serve_input(s) for s in self._inputs))
+            await asyncio.gather(*(self._serve_input(s, i) for i, s in enumerate(self._inputs)))
         finally:
             await self.synthetic.close()
             # The output sockets come from a shadow of the context: ``destroy`` does not know
@@ -126,7 +127,7 @@ class MockEngine:
         hs.close(linger=1000)
         log.info("rank %d: ready (%d frontend(s))", self.rank, len(self._inputs))
 
-    async def _serve_input(self, sock: zmq.asyncio.Socket) -> None:
+    async def _serve_input(self, sock: zmq.asyncio.Socket, client: int) -> None:
         while True:
             frames = await sock.recv_multipart()
             if not frames:
@@ -140,7 +141,7 @@ class MockEngine:
                     for rid in rids:
                         self._abort(rid)
                     if rids:
-                        self._send_stats()
+                        self._send_stats(client)
                 elif kind == wire.UTILITY:
                     self._utility(payload)
                 else:
@@ -204,10 +205,13 @@ class MockEngine:
                     else:
                         code = wire.FINISH_ABORT
                 rows.setdefault(client, []).append((rid, new, code, reason))
-        stats = self._stats()
-        for client, client_rows in rows.items():
+        # As vLLM's scheduler does: the step's stats ride with one frontend's outputs only (the
+        # first's), or alone to client 0 when the step has none.
+        stats: dict[str, Any] | None = self._stats()
+        for client, client_rows in rows.items() or [(0, [])]:
             msg = wire.outputs_for_step(self.rank, client_rows, stats=stats)
             self._outputs[client].send(wire.encode_outputs(msg), copy=False)
+            stats = None
 
     def _stats(self) -> dict[str, Any]:
         running = self.synthetic.running
@@ -217,12 +221,11 @@ class MockEngine:
             "kv_cache_usage": running / self.max_batch_size,
         }
 
-    def _send_stats(self) -> None:
-        """Scheduler stats alone (after aborts, which no step reports)."""
+    def _send_stats(self, client: int) -> None:
+        """Scheduler stats alone, to the frontend that aborted (vLLM reports the aborted requests
+        to it in its next step, with the stats)."""
         msg = wire.outputs_for_step(self.rank, [], stats=self._stats())
-        data = wire.encode_outputs(msg)
-        for sock in self._outputs:
-            sock.send(data, copy=False)
+        self._outputs[client].send(wire.encode_outputs(msg), copy=False)
 
 
 def run_mock_engine(

@@ -64,6 +64,7 @@ __all__ = [
     "encode_ready_response",
     "encode_utility",
     "request_ids_in",
+    "scheduler_stats",
     "engine_identity",
     "sampling_params_map",
     "sampling_params_from_map",
@@ -426,6 +427,25 @@ def decode_outputs(payload: bytes | memoryview) -> EngineCoreOutputs:
         return _outputs_decoder.decode(payload)
     except (msgspec.DecodeError, msgspec.ValidationError) as exc:
         raise CodecError(f"EngineCoreOutputs: {exc}") from None
+
+
+def scheduler_stats(msg: EngineCoreOutputs) -> tuple[dict[str, Any], float] | None:
+    """The message's scheduler stats (``num_running_reqs``, ``num_waiting_reqs``,
+    ``kv_cache_usage``, ...) and when the engine took them, by its own clock (the message's
+    timestamp; None when the message carries no stats, or stats that are not a map).
+
+    vLLM attaches a step's stats to one frontend's message only: the first with outputs in that
+    step, or a stats-only message to client 0 when there are none. With several API servers, each
+    holds stats of a different age; the timestamp says which are the newest."""
+    if msg.scheduler_stats == _NIL:
+        return None
+    try:
+        stats = _decode_any(msg.scheduler_stats)
+    except msgspec.DecodeError:
+        return None
+    if not isinstance(stats, dict):
+        return None
+    return stats, msg.timestamp
 
 
 def request_ids_in(payload: bytes | memoryview) -> list[str]:
