@@ -134,8 +134,8 @@ def build_parser() -> argparse.ArgumentParser:
         "--max-connections",
         type=int,
         default=8192,
-        help="open connections past which requests get 503 (/health still answers); 0: no "
-        "limit (default: %(default)s)",
+        help="connections admitted at a time, in the order they come; requests on the others "
+        "get 503 (/health still answers); 0: no limit (default: %(default)s)",
     )
     serve.add_argument(
         "--header-timeout",

@@ -8,9 +8,12 @@ not sent a full request. tokenwire's connection protocol adds:
 - an idle timeout before a connection's first byte (and between requests: uvicorn's keep-alive),
 - a header timeout: a request's headers must be complete within ``header_timeout`` seconds of its
   first byte (slowloris), else 408 and the connection is closed,
-- ``max_connections``: past it, requests get a 503 in OpenAI's shape and their connection is
-  closed, except ``/health``, which keeps answering; past a small reserve above it, connections
-  are closed as soon as they are accepted (so descriptors never run out).
+- ``max_connections``: connections are admitted in the order they come, up to this many at a
+  time (a connection keeps its place until it closes; one accepted past the limit takes a place
+  freed before its request arrives); a request on a connection without a place gets a 503 in
+  OpenAI's shape and its connection is closed, except ``/health``, which keeps answering; past a
+  small reserve above the limit, connections are closed as soon as they are accepted (so
+  descriptors never run out).
 
 ``TokenwireServer`` shuts down gracefully: it stops accepting, lets requests in flight finish for
 up to ``shutdown_timeout`` seconds (new ones get a 503), then ends every stream with an error
@@ -44,7 +47,7 @@ _ALWAYS = {b"/health", b"/ping"}
 class ConnectionLimits:
     """Bounds on connections, in number and in time (None: no bound)."""
 
-    #: Open connections past which requests get a 503 (``/health`` excepted).
+    #: Connections admitted at a time; requests on the others get a 503 (``/health`` excepted).
     max_connections: int | None = 8192
     #: Seconds from a request's first byte to the end of its headers.
     header_timeout: float | None = 10.0
@@ -86,6 +89,7 @@ class _LimitedProtocol(HttpToolsProtocol):
         self._timer: asyncio.TimerHandle | None = None
         self._awaiting_headers = False
         self._refused = False  # answered 503 over capacity: the rest of the request is ignored
+        self._admitted = False  # holds one of the max_connections places
 
     def _arm(self, seconds: float | None, callback: Any) -> None:
         self._disarm()
@@ -103,10 +107,27 @@ class _LimitedProtocol(HttpToolsProtocol):
         if cap is not None and len(self.connections) > cap:
             transport.abort()
             return
+        self._admit()
         self._arm(self.limits.idle_timeout, self._idle_expired)
+
+    def _admit(self) -> bool:
+        """Give this connection a place if one is free (it keeps it until it closes)."""
+        cap = self.limits.max_connections
+        if self._admitted or cap is None:
+            return True
+        state = self.server_state
+        held = getattr(state, "tokenwire_admitted", 0)
+        if held >= cap:
+            return False
+        state.tokenwire_admitted = held + 1  # type: ignore[attr-defined]
+        self._admitted = True
+        return True
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._disarm()
+        if self._admitted:
+            self._admitted = False
+            self.server_state.tokenwire_admitted -= 1  # type: ignore[attr-defined]
         super().connection_lost(exc)
 
     def data_received(self, data: bytes) -> None:
@@ -119,8 +140,7 @@ class _LimitedProtocol(HttpToolsProtocol):
     def on_headers_complete(self) -> None:
         self._awaiting_headers = False
         self._disarm()
-        cap = self.limits.max_connections
-        if cap is not None and len(self.connections) > cap:
+        if not self._admit():
             path = self.url.split(b"?", 1)[0]
             if path not in _ALWAYS:
                 self._refused = True
