@@ -8,7 +8,8 @@ never occur, so every token is stop-checked. Batch frames are encoded once up fr
 loop decodes each frame and runs the shard, which leaves the step's chunks in the sinks (sinks
 are drained between steps, outside the timing, as a consumer would). A third row also times the
 consumers taking every request's chunk (``drain``, which builds each ``Frame`` from the step's
-columns), so the cost moved from the producer to the consumers is counted too.
+columns), so the cost moved from the producer to the consumers is counted too; a fourth, the
+egress of requests without stop strings, shows what the stop check and its hold-back cost.
 
 The same run times the peers' baseline, HF ``DecodeStream`` stepped per request with a stop check
 (``bench_baseline.py``'s ``decode+stop``), so the two land side by side; the JSON lines have the
@@ -49,12 +50,13 @@ def make_frames(work) -> list[bytes]:
     return frames
 
 
-def run_tokenwire(tok, work, frames, take=False):
+def run_tokenwire(tok, work, frames, take=False, stops=STOPS):
     shard = DetokShard()
     sinks = []
     for j, (p, _) in enumerate(work):
         sink = EgressSink(capacity=4)
-        shard.register(f"req-{j}", sink, tok, p, SamplingParams(stop=STOPS).normalize(tok))
+        params = SamplingParams(stop=stops or None).normalize(tok)
+        shard.register(f"req-{j}", sink, tok, p, params)
         sinks.append(sink)
     texts = [[] for _ in work]
     elapsed = 0.0
@@ -74,6 +76,10 @@ def run_tokenwire(tok, work, frames, take=False):
 
 def run_tokenwire_take(tok, work, frames):
     return run_tokenwire(tok, work, frames, take=True)
+
+
+def run_tokenwire_no_stops(tok, work, frames):
+    return run_tokenwire(tok, work, frames, stops=[])
 
 
 def run_hf_baseline(tok, work, _frames):
@@ -114,6 +120,7 @@ def main() -> None:
                 ("HF DecodeStream + 1 stop (peers baseline)", run_hf_baseline),
                 ("tokenwire egress: frame + shard + sinks, 2 stops", run_tokenwire),
                 ("tokenwire egress + consumers taking every chunk", run_tokenwire_take),
+                ("tokenwire egress, no stop strings", run_tokenwire_no_stops),
             ):
                 fn(tok, work, frames)  # warm-up
                 times, bad = [], 0
