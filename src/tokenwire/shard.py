@@ -192,13 +192,17 @@ def _hold_keys(stops: tuple[str, ...]) -> tuple[frozenset[str], frozenset[str]]:
 
 
 _SEP = "\x00"
-#: Steps of fewer requests than this find their hold-back candidates without numpy.
+#: Steps of fewer requests than this find their hold-back candidates without numpy (with one
+#: regex, when the stop strings' ends make at most ``_MAX_END_PATTERNS`` alternatives).
 _SMALL_STEP = 160
+_MAX_END_PATTERNS = 64
 #: Past this many different stop strings among the live requests, each request checks its own.
 _MAX_SHARED_STOPS = 64
-#: Past this many proper prefixes of the live stop strings, each request holding text back
-#: runs its own automaton instead of looking its text's ends up.
-_MAX_SHARED_PREFIXES = 1024
+#: Past this many proper prefixes of the live stop strings, or with a stop string longer than
+#: ``_MAX_TABLE_STOP_LEN``, each request holding text back runs its own automaton instead of
+#: looking its text's ends up (the table's memory is quadratic in a stop string's length).
+_MAX_SHARED_PREFIXES = 256
+_MAX_TABLE_STOP_LEN = 64
 
 
 class _Prefixes(NamedTuple):
@@ -217,7 +221,7 @@ def _prefixes(groups: dict[tuple[str, ...], int]) -> _Prefixes | None:
     total = 0
     for group, gid in groups.items():
         total += sum(len(s) - 1 for s in group if s)
-        if total > _MAX_SHARED_PREFIXES:
+        if total > _MAX_SHARED_PREFIXES or max(map(len, group)) > _MAX_TABLE_STOP_LEN:
             return None
         own[gid] = frozenset(s[:k] for s in group for k in range(1, len(s)))
         by_last: dict[str, set[int]] = {}
@@ -238,7 +242,7 @@ class _Prechecks(NamedTuple):
     #: character) or of ``pairs`` (the last two characters of a longer proper prefix).
     firsts: frozenset[str]
     pairs: frozenset[str]
-    #: Any of those followed by the separator (None when there are none).
+    #: Any of those followed by the separator (None when there are none, or too many).
     ends: re.Pattern[str] | None
     #: The same as a lookup by code point (its last entry False, for every larger code point),
     #: and the sorted keys ``code << 21 | code`` of the pairs.
@@ -567,7 +571,8 @@ class DetokShard:
             windows = texts
         # All windows in one string, a separator after each.
         big = _SEP.join(windows) + _SEP
-        if n < _SMALL_STEP and big.count(_SEP) == n:
+        small = checks.ends is not None or not (checks.firsts or checks.pairs)
+        if small and n < _SMALL_STEP and big.count(_SEP) == n:
             cand, gone = self._candidates_small(windows, big, flags, had, checks)
         else:
             cand, gone = self._candidates(windows, big, flags, had, checks)
@@ -712,7 +717,9 @@ class DetokShard:
                 per_request,
                 frozenset(first_set),
                 frozenset(pair_set),
-                re.compile("(?:" + "|".join(map(re.escape, tails)) + ")" + _SEP) if tails else None,
+                re.compile("(?:" + "|".join(map(re.escape, tails)) + ")" + _SEP)
+                if 0 < len(tails) <= _MAX_END_PATTERNS
+                else None,
                 first_codes,
                 np.array(keys, dtype=np.int64),
                 None if per_request else _prefixes(self._gids),
