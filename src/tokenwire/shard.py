@@ -23,6 +23,12 @@ tokens together (``DecodeBatch``), then, per request and per token in order:
    1, N + 1, 2N + 1... (SGLang's points; a step of several tokens goes out if it reaches one)
    and when it ends; in between they wait in the request's state.
 
+On the one-token-per-request path, steps 3 and 5 are step-wide: every request's held text and new
+text are joined into one string, searched once for the stop strings and for ends that may start
+one, and only the requests whose held text changes (or that may stop) take a Python path of their
+own; the held text lives in a shard column, and a request's own automaton catches up when it takes
+the exact path.
+
 Delivery goes through each request's ``EgressSink``. On the one-token-per-request path, the step's
 intermediate chunks are one ``StepChunks`` (columns for the whole step) that every sink queues;
 each consumer gets its own ``Frame`` when it takes the item. When a sink is full, the delta is
