@@ -102,7 +102,10 @@ class HoldBack:
 
     def restore(self, held: str) -> None:
         """Take ``held`` as the held text, as computed elsewhere for the same stop strings (the
-        longest suffix of the text so far that is a proper prefix of one of them)."""
+        longest suffix of the text so far that is a proper prefix of one of them); nothing to do
+        when it is the held text already (the automata's states follow from it)."""
+        if held == self.held:
+            return
         self.held = ""
         self._states = [0] * len(self._stops)
         if held:

@@ -202,6 +202,7 @@ _SEP = "\x00"
 #: regex, when the stop strings' ends make at most ``_MAX_END_PATTERNS`` alternatives).
 _SMALL_STEP = 160
 _MAX_END_PATTERNS = 64
+_NO_ENDS = re.compile("(?!)")  # for stop strings of one character: no end to hold back
 #: Past this many different stop strings among the live requests, each request checks its own.
 _MAX_SHARED_STOPS = 64
 #: Past this many proper prefixes of the live stop strings, or with a stop string longer than
@@ -244,14 +245,12 @@ class _Prechecks(NamedTuple):
     #: Whether to check each request on its own instead (a stop string holding the separator,
     #: or so many different stop strings that checking each request's own is cheaper).
     per_request: bool
-    #: A window ending with the start of a stop string ends with one of ``firsts`` (its first
-    #: character) or of ``pairs`` (the last two characters of a longer proper prefix).
-    firsts: frozenset[str]
-    pairs: frozenset[str]
-    #: Any of those followed by the separator (None when there are none, or too many).
+    #: A window ending with the start of a stop string ends with a stop string's first character
+    #: or with the last two characters of a longer proper prefix: those followed by the
+    #: separator (None when they make too many alternatives for one regex) ...
     ends: re.Pattern[str] | None
-    #: The same as a lookup by code point (its last entry False, for every larger code point),
-    #: and the sorted keys ``code << 21 | code`` of the pairs.
+    #: ... and as a lookup by code point of the first characters (its last entry False, for every
+    #: larger code point) and the sorted keys ``code << 21 | code`` of the pairs.
     first_codes: np.ndarray
     pair_keys: np.ndarray
     prefixes: _Prefixes | None  # None: each request holds back its own text
@@ -577,9 +576,8 @@ class DetokShard:
             windows = texts
         # All windows in one string, a separator after each.
         big = _SEP.join(windows) + _SEP
-        small = checks.ends is not None or not (checks.firsts or checks.pairs)
-        if small and n < _SMALL_STEP and big.count(_SEP) == n:
-            cand, gone = self._candidates_small(windows, big, flags, had, checks)
+        if checks.ends is not None and n < _SMALL_STEP and big.count(_SEP) == n:
+            cand, gone = self._candidates_small(big, checks.ends, flags, had, checks.stops)
         else:
             cand, gone = self._candidates(windows, big, flags, had, checks)
         if gone:  # held text with nothing to hold now: it all goes
@@ -598,8 +596,7 @@ class DetokShard:
                 st = by_sid[sid]
                 assert st is not None
                 hb = st.hb
-                if hb.held != held_col[sid]:
-                    hb.restore(held_col[sid])
+                hb.restore(held_col[sid])
                 texts[j] = hb.push(windows[j])
                 held_col[sid] = hb.held
                 self._mode[sid] = 1 if hb.held else 0
@@ -657,30 +654,28 @@ class DetokShard:
 
     @staticmethod
     def _candidates_small(
-        windows: list[str], big: str, flags: np.ndarray, had: list[int], checks: _Prechecks
+        big: str, ends: re.Pattern[str], flags: np.ndarray, had: list[int], stops: Sequence[str]
     ) -> tuple[list[int], list[int]]:
-        """``_candidates`` for a few requests: plain Python costs less than numpy's calls."""
-        for s in checks.stops:
+        """``_candidates`` for a few requests (``ends``: the regex of the windows' ends that may
+        start a stop string): plain Python costs less than numpy's calls."""
+        for s in stops:
             p = big.find(s)
             while p != -1:
                 # Window j ends at the (j + 1)-th separator.
                 flags[big.count(_SEP, 0, p)] = 2
                 p = big.find(s, p + 1)
+        exact = flags.tolist()
         cand = []
-        ends = checks.ends
-        if ends is not None:
-            exact = flags.tolist()
-            j = prev = 0
-            for m in ends.finditer(big):
-                sep = m.end() - 1  # window j ends here: count the separators before it
-                j += big.count(_SEP, prev, sep)
-                prev = sep
-                if exact[j] < 2:
-                    cand.append(j)
+        j = prev = 0
+        for m in ends.finditer(big):
+            sep = m.end() - 1  # window j ends here: count the separators before it
+            j += big.count(_SEP, prev, sep)
+            prev = sep
+            if exact[j] < 2:
+                cand.append(j)
         if not had:
             return cand, []
         hold = set(cand)
-        exact = flags.tolist()
         return cand, [j for j in had if exact[j] == 1 and j not in hold]
 
     def _decode(
@@ -718,14 +713,16 @@ class DetokShard:
             keys = sorted((ord(p[0]) << 21) | ord(p[1]) for p in pair_set)
             per_request = len(stops) > _MAX_SHARED_STOPS or any(_SEP in s for s in stops)
             tails = sorted(first_set | pair_set, key=len, reverse=True)
+            if not tails:
+                ends = _NO_ENDS
+            elif len(tails) <= _MAX_END_PATTERNS:
+                ends = re.compile("(?:" + "|".join(map(re.escape, tails)) + ")" + _SEP)
+            else:
+                ends = None
             self._prechecks = _Prechecks(
                 stops,
                 per_request,
-                frozenset(first_set),
-                frozenset(pair_set),
-                re.compile("(?:" + "|".join(map(re.escape, tails)) + ")" + _SEP)
-                if 0 < len(tails) <= _MAX_END_PATTERNS
-                else None,
+                ends,
                 first_codes,
                 np.array(keys, dtype=np.int64),
                 None if per_request else _prefixes(self._gids),
@@ -778,9 +775,7 @@ class DetokShard:
     ) -> None:
         """Take this step's per-token texts; deliver what is safe; finish when it is over.
         ``counts``: the engine's ``(cached_tokens, reasoning_tokens)`` for the request."""
-        held = self._held[st.sid]
-        if held != st.hb.held:  # the columnar path held this text back
-            st.hb.restore(held)
+        st.hb.restore(self._held[st.sid])  # the columnar path may have held text back
         out: list[str] = []
         # With stop token sequences, text passes one more hold-back (by tokens) on its way out.
         taken: list[str] = [] if st.seqs else out
