@@ -8,6 +8,8 @@ import threading
 import time
 from collections.abc import Iterator
 
+import uvicorn
+
 from tokenwire.engine.synthetic import SyntheticConfig, SyntheticEngine
 from tokenwire.server import ServerConfig, create_app
 from tokenwire.server.serving import ConnectionLimits, TokenwireServer, uvicorn_config
@@ -32,6 +34,37 @@ class Served:
 
 
 @contextlib.contextmanager
+def running(
+    server: uvicorn.Server, start_timeout: float = 30
+) -> Iterator[tuple[int, threading.Thread]]:
+    """Run ``server`` on a loopback port in a thread until the block ends; yields the port and
+    the thread (``RuntimeError`` if it does not start within ``start_timeout`` seconds)."""
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
+    thread.start()
+    try:
+        deadline = time.monotonic() + start_timeout
+        while not server.started:
+            if time.monotonic() > deadline or not thread.is_alive():
+                raise RuntimeError("server did not start")
+            time.sleep(0.02)
+        yield sock.getsockname()[1], thread
+    finally:
+        server.should_exit = True
+        thread.join(15)
+        sock.close()
+
+
+@contextlib.contextmanager
+def run_app(app, start_timeout: float = 30) -> Iterator[str]:
+    """An ASGI app served by plain uvicorn on a loopback port in a thread; yields its URL."""
+    config = uvicorn.Config(app, log_level="warning", lifespan="on", timeout_graceful_shutdown=2)
+    with running(uvicorn.Server(config), start_timeout) as (port, _):
+        yield f"http://127.0.0.1:{port}"
+
+
+@contextlib.contextmanager
 def serve(
     config: SyntheticConfig,
     limits: ConnectionLimits | None = None,
@@ -43,26 +76,12 @@ def serve(
     tok = real_tokenizer("default")
     engine = SyntheticEngine(tok, config)
     app = create_app(tok, engine, ServerConfig(model_name=MODEL, **server_kw))
-    sock = socket.socket()
-    sock.bind(("127.0.0.1", 0))
-    port = sock.getsockname()[1]
     uv = uvicorn_config(app, limits or ConnectionLimits(), log_level="warning", lifespan="on")
     server = TokenwireServer(uv, app, shutdown_timeout=shutdown_timeout)
-    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 30
-    while not server.started:
-        if time.monotonic() > deadline or not thread.is_alive():
-            raise RuntimeError("server did not start")
-        time.sleep(0.02)
-    served = Served(f"http://127.0.0.1:{port}", port, engine, app, server)
-    served.thread = thread
-    try:
+    with running(server) as (port, thread):
+        served = Served(f"http://127.0.0.1:{port}", port, engine, app, server)
+        served.thread = thread
         yield served
-    finally:
-        server.should_exit = True
-        thread.join(10)
-        sock.close()
 
 
 def wait_until(done, timeout: float = 10) -> bool:

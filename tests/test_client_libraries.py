@@ -11,21 +11,18 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import socket
-import threading
-import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 
 import openai
 import pytest
-import uvicorn
 
 from tokenwire.engine.synthetic import SyntheticConfig, SyntheticEngine
 from tokenwire.server import ServerConfig, create_app
 from tokenwire.server.features import Features
 
 from conftest import real_tokenizer
+from served import run_app
 
 MODEL = "Qwen/Qwen3-0.6B"
 TEMPLATE = (
@@ -56,20 +53,8 @@ def _serve() -> Iterator[str]:
         tool_call_parser="hermes", enable_auto_tool_choice=True, chat_template=TEMPLATE
     )
     app = create_app(tok, engine, ServerConfig(model_name=MODEL, features=features))
-    sock = socket.socket()
-    sock.bind(("127.0.0.1", 0))
-    server = uvicorn.Server(uvicorn.Config(app, log_level="warning", lifespan="on"))
-    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 30
-    while not server.started and time.monotonic() < deadline:
-        time.sleep(0.02)
-    try:
-        yield f"http://127.0.0.1:{sock.getsockname()[1]}/v1"
-    finally:
-        server.should_exit = True
-        thread.join(10)
-        sock.close()
+    with run_app(app) as url:
+        yield url + "/v1"
 
 
 @pytest.fixture(scope="module")

@@ -8,22 +8,19 @@ from __future__ import annotations
 
 import contextlib
 import json
-import socket
-import threading
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
-import uvicorn
 
 from tokenwire.engine.synthetic import SyntheticConfig, SyntheticEngine
 from tokenwire.server import ServerConfig, create_app
 from tokenwire.server.features import Features
 
 from conftest import real_tokenizer
+from served import run_app
 
 CLIENTS = Path(__file__).resolve().parent / "clients"
 MODEL = "Qwen/Qwen3-0.6B"
@@ -44,21 +41,8 @@ def _serve() -> Iterator[str]:
     engine = SyntheticEngine(tok, SyntheticConfig(output="echo", step_time=0.0))
     features = Features(tool_call_parser="hermes", enable_auto_tool_choice=True)
     config = ServerConfig(model_name=MODEL, access_log=False, features=features)
-    app = create_app(tok, engine, config)
-    sock = socket.socket()
-    sock.bind(("127.0.0.1", 0))
-    server = uvicorn.Server(uvicorn.Config(app, log_level="warning", lifespan="on"))
-    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 30
-    while not server.started and time.monotonic() < deadline:
-        time.sleep(0.02)
-    try:
-        yield f"http://127.0.0.1:{sock.getsockname()[1]}"
-    finally:
-        server.should_exit = True
-        thread.join(10)
-        sock.close()
+    with run_app(create_app(tok, engine, config)) as url:
+        yield url
 
 
 @pytest.fixture(scope="module")

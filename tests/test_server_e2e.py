@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import contextlib
 import itertools
-import socket
 import threading
 import time
 from collections.abc import Iterator
@@ -14,12 +13,12 @@ import httpx
 import msgspec
 import openai
 import pytest
-import uvicorn
 
 from tokenwire.engine.synthetic import SyntheticConfig, SyntheticEngine
 from tokenwire.server import ServerConfig, create_app
 
 from conftest import real_tokenizer
+from served import run_app
 
 MODEL = "test-model"
 
@@ -42,25 +41,8 @@ def serve(config: SyntheticConfig, **server_kw) -> Iterator[Served]:
     tok = real_tokenizer("default")
     engine = SyntheticEngine(tok, config)
     app = create_app(tok, engine, ServerConfig(model_name=MODEL, **server_kw))
-    sock = socket.socket()
-    sock.bind(("127.0.0.1", 0))
-    port = sock.getsockname()[1]
-    server = uvicorn.Server(
-        uvicorn.Config(app, log_level="warning", lifespan="on", timeout_graceful_shutdown=2)
-    )
-    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 30
-    while not server.started:
-        if time.monotonic() > deadline or not thread.is_alive():
-            raise RuntimeError("server did not start")
-        time.sleep(0.02)
-    try:
-        yield Served(f"http://127.0.0.1:{port}", engine, app, tok)
-    finally:
-        server.should_exit = True
-        thread.join(10)
-        sock.close()
+    with run_app(app) as url:
+        yield Served(url, engine, app, tok)
 
 
 def wait_until(done, timeout: float = 10) -> None:

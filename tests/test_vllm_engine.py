@@ -14,9 +14,10 @@ import pytest
 
 from tokenwire.engine.vllm import VllmEngine, VllmEngineConfig
 from tokenwire.server import ServerConfig, create_app
-from vllm_helpers import free_port, metric, run_app, spawn_mock, stop_process, wait_until
+from vllm_helpers import free_port, metric, spawn_mock, stop_process, wait_until
 
 from conftest import real_tokenizer
+from served import run_app
 
 MODEL = "mock-model"
 
@@ -42,7 +43,8 @@ def served(engines: int = 1, *mock_args: str) -> Iterator[Served]:
         VllmEngineConfig(handshake_address=address, data_parallel_size=engines, ready_timeout=60),
     )
     try:
-        with run_app(create_app(tok, engine, ServerConfig(model_name=MODEL))) as url:
+        app = create_app(tok, engine, ServerConfig(model_name=MODEL))
+        with run_app(app, start_timeout=120) as url:
             yield Served(url, engine, mocks)
     finally:
         for proc in mocks:

@@ -9,13 +9,10 @@ import signal
 import socket
 import subprocess
 import sys
-import threading
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
-import uvicorn
 
 ROOT = Path(__file__).resolve().parent.parent
 ENV_SCRIPT = ROOT / "scripts" / "vllm_cpu_env.py"
@@ -64,28 +61,6 @@ def stop_process(proc: subprocess.Popen, sig: int = signal.SIGTERM, timeout: flo
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait(5)
-
-
-@contextlib.contextmanager
-def run_app(app) -> Iterator[str]:
-    """An ASGI app on a loopback port in a thread; yields its base URL."""
-    sock = socket.socket()
-    sock.bind(("127.0.0.1", 0))
-    port = sock.getsockname()[1]
-    server = uvicorn.Server(
-        uvicorn.Config(app, log_level="warning", lifespan="on", timeout_graceful_shutdown=2)
-    )
-    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
-    thread.start()
-    try:
-        wait_until(lambda: server.started or not thread.is_alive(), 120, "the server")
-        if not server.started:
-            raise RuntimeError("server did not start")
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        server.should_exit = True
-        thread.join(15)
-        sock.close()
 
 
 def metric(url: str, name: str) -> float:
