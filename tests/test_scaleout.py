@@ -17,7 +17,7 @@ import httpx
 import openai
 import pytest
 
-from vllm_helpers import alive, children, free_port, metric, wait_until
+from vllm_helpers import alive, children, free_port, metric, start_streams, wait_until
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="Linux process tree")
 
@@ -148,20 +148,8 @@ def test_two_api_servers_over_two_engines_with_the_openai_client():
 
 def test_an_engine_dying_mid_load_fails_only_its_requests():
     with scaled("--synthetic-output", "random", "--step-time-ms", "10") as srv:
-        bodies: list[str] = []
-
-        def reader() -> None:
-            with httpx.stream(
-                "POST",
-                srv.url + "/v1/completions",
-                json={"model": MODEL, "prompt": "x", "max_tokens": 300, "stream": True},
-                timeout=60,
-            ) as resp:
-                bodies.append("".join(resp.iter_text()))
-
-        threads = [threading.Thread(target=reader) for _ in range(8)]
-        for t in threads:
-            t.start()
+        body = {"model": MODEL, "prompt": "x", "max_tokens": 300, "stream": True}
+        threads, bodies = start_streams(srv.url, 8, body)
         wait_until(lambda: metric(srv.url, "tokenwire:num_requests_running") >= 8, 20, "load")
         (engine,) = srv.role("mock-engine", rank=1)
         os.kill(engine, signal.SIGKILL)

@@ -5,7 +5,6 @@ engines (data parallelism)."""
 from __future__ import annotations
 
 import contextlib
-import threading
 from collections.abc import Iterator
 
 import httpx
@@ -14,7 +13,14 @@ import pytest
 
 from tokenwire.engine.vllm import VllmEngine, VllmEngineConfig
 from tokenwire.server import ServerConfig, create_app
-from vllm_helpers import free_port, metric, spawn_mock, stop_process, wait_until
+from vllm_helpers import (
+    free_port,
+    metric,
+    spawn_mock,
+    start_streams,
+    stop_process,
+    wait_until,
+)
 
 from conftest import real_tokenizer
 from served import run_app
@@ -156,25 +162,15 @@ def test_n_with_a_seed_over_random_output():
 
 def test_engine_killed_mid_stream_errors_then_503():
     with served(1, "--synthetic-output", "random", "--step-time-ms", "20") as srv:
-        got: dict = {}
-
-        def reader():
-            with httpx.stream(
-                "POST",
-                srv.url + "/v1/completions",
-                json={"model": MODEL, "prompt": "x", "max_tokens": 2000, "stream": True},
-                timeout=30,
-            ) as resp:
-                got["body"] = "".join(resp.iter_text())
-
-        t = threading.Thread(target=reader)
-        t.start()
+        body = {"model": MODEL, "prompt": "x", "max_tokens": 2000, "stream": True}
+        (t,), bodies = start_streams(srv.url, 1, body, timeout=30)
         wait_until(lambda: srv.engine.engines[0]["in_flight"] == 1, 10, "the stream")
         srv.mocks[0].kill()
         t.join(20)
         assert not t.is_alive()
-        assert '"error"' in got["body"] and got["body"].endswith("data: [DONE]\n\n")
-        assert "the engine died" in got["body"]
+        (got,) = bodies
+        assert '"error"' in got and got.endswith("data: [DONE]\n\n")
+        assert "the engine died" in got
         wait_until(lambda: httpx.get(srv.url + "/health").status_code == 503, 10, "503")
         resp = httpx.post(srv.url + "/v1/completions", json={"model": MODEL, "prompt": "x"})
         assert resp.status_code == 503
@@ -182,20 +178,8 @@ def test_engine_killed_mid_stream_errors_then_503():
 
 def test_two_engines_least_loaded_and_one_dying_fails_only_its_requests():
     with served(2, "--synthetic-output", "random", "--step-time-ms", "10") as srv:
-        bodies: list[str] = []
-
-        def reader():
-            with httpx.stream(
-                "POST",
-                srv.url + "/v1/completions",
-                json={"model": MODEL, "prompt": "x", "max_tokens": 300, "stream": True},
-                timeout=60,
-            ) as resp:
-                bodies.append("".join(resp.iter_text()))
-
-        threads = [threading.Thread(target=reader) for _ in range(6)]
-        for t in threads:
-            t.start()
+        body = {"model": MODEL, "prompt": "x", "max_tokens": 300, "stream": True}
+        threads, bodies = start_streams(srv.url, 6, body)
         wait_until(lambda: sum(e["in_flight"] for e in srv.engine.engines) == 6, 10, "six streams")
         assert [e["in_flight"] for e in srv.engine.engines] == [3, 3]
         srv.mocks[1].kill()

@@ -51,6 +51,15 @@ MAX_LEN = 512
 VLLM_ARGS = ["--enforce-eager", "--dtype", "bfloat16", "--max-model-len", str(MAX_LEN)]
 #: Seconds a vLLM process may take to come up on a busy 2-core machine.
 START_TIMEOUT = 900
+#: A greedy stream long enough to be cut short (by a disconnect, by the engine's death).
+LONG_STREAM = {
+    "model": NAME,
+    "prompt": "Hi",
+    "max_tokens": 480,
+    "stream": True,
+    "ignore_eos": True,
+    "temperature": 0,
+}
 
 
 class Server:
@@ -219,14 +228,7 @@ def test_disconnect_mid_stream_aborts_in_vllm(tw):
     with httpx.stream(
         "POST",
         tw.url + "/v1/completions",
-        json={
-            "model": NAME,
-            "prompt": "Hi",
-            "max_tokens": 480,
-            "stream": True,
-            "ignore_eos": True,
-            "temperature": 0,
-        },
+        json=LONG_STREAM,
         timeout=60,
     ) as resp:
         for line in resp.iter_lines():
@@ -262,14 +264,7 @@ def test_engine_killed_mid_stream_gives_clean_errors_then_503(tw):
         with httpx.stream(
             "POST",
             tw.url + "/v1/completions",
-            json={
-                "model": NAME,
-                "prompt": "Hi",
-                "max_tokens": 480,
-                "stream": True,
-                "ignore_eos": True,
-                "temperature": 0,
-            },
+            json=LONG_STREAM,
             timeout=60,
         ) as resp:
             for line in resp.iter_lines():

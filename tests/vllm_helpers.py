@@ -9,6 +9,7 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -61,6 +62,23 @@ def stop_process(proc: subprocess.Popen, sig: int = signal.SIGTERM, timeout: flo
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait(5)
+
+
+def start_streams(
+    url: str, count: int, body: dict, timeout: float = 60
+) -> tuple[list[threading.Thread], list[str]]:
+    """``count`` streaming ``/v1/completions`` requests of ``body``, each read to its end on a
+    thread of its own: the started threads, and the list each whole body joins as it ends."""
+    bodies: list[str] = []
+
+    def reader() -> None:
+        with httpx.stream("POST", url + "/v1/completions", json=body, timeout=timeout) as resp:
+            bodies.append("".join(resp.iter_text()))
+
+    threads = [threading.Thread(target=reader) for _ in range(count)]
+    for t in threads:
+        t.start()
+    return threads, bodies
 
 
 def metric(url: str, name: str) -> float:
