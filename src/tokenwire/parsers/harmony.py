@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from tokenwire.parsers.markers import find_marker
-from tokenwire.parsers.reasoning import ReasoningDelta
+from tokenwire.parsers.reasoning import ReasoningDelta, ReasoningStream
 from tokenwire.parsers.tools.base import ToolCallParser, ToolDelta
 
 __all__ = ["GptOssReasoningParser", "HarmonyEvent", "HarmonyScanner", "OpenAIToolParser"]
@@ -120,7 +120,7 @@ def _is_call(event: HarmonyEvent) -> bool:
     return event.recipient is not None and event.recipient.startswith("functions.")
 
 
-class GptOssReasoningParser:
+class GptOssReasoningParser(ReasoningStream):
     """``gpt_oss``: the ``analysis`` channel is reasoning; the rest is the answer (a tool call's
     message is passed on as ``<|channel|>commentary to=functions.NAME<|message|>ARGS<|call|>``
     for the ``openai`` tool-call parser)."""
@@ -141,17 +141,6 @@ class GptOssReasoningParser:
     @property
     def in_reasoning(self) -> bool:
         return self._mode == "reasoning"
-
-    def feed(self, text: str) -> ReasoningDelta:
-        return self._run(text, final=False)
-
-    def finish(self) -> ReasoningDelta:
-        return self._run("", final=True)
-
-    def parse(self, text: str) -> ReasoningDelta:
-        out = self.feed(text)
-        tail = self.finish()
-        return ReasoningDelta(out.reasoning + tail.reasoning, out.content + tail.content)
 
     def _run(self, text: str, *, final: bool) -> ReasoningDelta:
         out = ReasoningDelta()

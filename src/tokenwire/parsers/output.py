@@ -8,7 +8,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
-from tokenwire.parsers.reasoning import ReasoningParser
+from tokenwire.parsers.reasoning import ReasoningStream
 from tokenwire.parsers.tools.base import ToolCall, ToolCallDelta, ToolCallParser, merge_tool_deltas
 
 __all__ = ["OutputDelta", "OutputParser", "OutputSpec"]
@@ -35,8 +35,8 @@ class OutputDelta:
 class OutputSpec:
     """How one request's outputs are parsed (each choice gets its own ``OutputParser``)."""
 
-    #: The reasoning parser class (``ReasoningParser`` or one with its interface).
-    reasoning: Callable[..., ReasoningParser] | None = None
+    #: The reasoning parser class (a ``ReasoningStream``).
+    reasoning: Callable[..., ReasoningStream] | None = None
     prompt_in_reasoning: bool = False
     #: The tool-call parser class (or a factory taking ``make_id``).
     tools: Callable[..., ToolCallParser] | None = None
@@ -57,7 +57,7 @@ class OutputParser:
 
     def __init__(
         self,
-        reasoning: ReasoningParser | None,
+        reasoning: ReasoningStream | None,
         tools: ToolCallParser | None,
         token_chars: Callable[[Sequence[int]], list[int]] | None = None,
     ) -> None:

@@ -26,6 +26,7 @@ __all__ = [
     "Qwen3ReasoningParser",
     "ReasoningDelta",
     "ReasoningParser",
+    "ReasoningStream",
     "prompt_opens_reasoning",
 ]
 
@@ -44,35 +45,26 @@ class ReasoningDelta:
 _START, _REASONING, _CONTENT = 0, 1, 2
 
 
-class ReasoningParser:
-    """Base: ``<think>``/``</think>`` markup. Subclasses say where the output starts."""
+class ReasoningStream:
+    """What every reasoning parser offers: a streamed output split into thinking and answer
+    (subclasses implement ``_run``, ``decided`` and ``in_reasoning``)."""
 
     name: ClassVar[str] = ""
-    start_tag: ClassVar[str] = "<think>"
-    end_tag: ClassVar[str] = "</think>"
-    #: Whether an output that does not open with ``start_tag`` is reasoning anyway.
-    implicit_start: ClassVar[bool] = False
     #: The markup is special tokens: the text must keep them.
     needs_special_tokens: ClassVar[bool] = False
-
-    def __init__(self, *, prompt_in_reasoning: bool = False) -> None:
-        self._buf = ""
-        self._state = _START
-        self._implicit = self.implicit_start or prompt_in_reasoning
-        #: Characters of raw output consumed through the end of the reasoning (its closing tag
-        #: included), once the reasoning has ended.
-        self.reasoning_end: int | None = None
-        self._consumed = 0
+    #: Characters of raw output consumed through the end of the reasoning (its closing markup
+    #: included), once the reasoning has ended.
+    reasoning_end: int | None = None
 
     @property
     def decided(self) -> bool:
         """Whether the start of the output has told reasoning from answer."""
-        return self._state != _START
+        raise NotImplementedError
 
     @property
     def in_reasoning(self) -> bool:
         """Whether the text fed so far is (still) thinking."""
-        return self._state == _REASONING or (self._state == _START and self._implicit)
+        raise NotImplementedError
 
     def feed(self, text: str) -> ReasoningDelta:
         """The next piece of output."""
@@ -87,6 +79,35 @@ class ReasoningParser:
         out = self.feed(text)
         tail = self.finish()
         return ReasoningDelta(out.reasoning + tail.reasoning, out.content + tail.content)
+
+    def _run(self, text: str, *, final: bool) -> ReasoningDelta:
+        raise NotImplementedError
+
+
+class ReasoningParser(ReasoningStream):
+    """Base: ``<think>``/``</think>`` markup. Subclasses say where the output starts."""
+
+    start_tag: ClassVar[str] = "<think>"
+    end_tag: ClassVar[str] = "</think>"
+    #: Whether an output that does not open with ``start_tag`` is reasoning anyway.
+    implicit_start: ClassVar[bool] = False
+
+    def __init__(self, *, prompt_in_reasoning: bool = False) -> None:
+        self._buf = ""
+        self._state = _START
+        self._implicit = self.implicit_start or prompt_in_reasoning
+        self.reasoning_end = None
+        self._consumed = 0
+
+    @property
+    def decided(self) -> bool:
+        """Whether the start of the output has told reasoning from answer."""
+        return self._state != _START
+
+    @property
+    def in_reasoning(self) -> bool:
+        """Whether the text fed so far is (still) thinking."""
+        return self._state == _REASONING or (self._state == _START and self._implicit)
 
     def _run(self, text: str, *, final: bool) -> ReasoningDelta:
         buf = self._buf + text
