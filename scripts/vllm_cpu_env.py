@@ -84,13 +84,28 @@ def _log(msg: str) -> None:
     print(f"[vllm-cpu-env] {msg}", file=sys.stderr, flush=True)
 
 
+#: Written last into a part once it is built.
+MARKER = ".tokenwire-complete"
+
+
+def _built(part: Path) -> bool:
+    """Whether ``part`` is built (its marker is there)."""
+    return (part / MARKER).exists()
+
+
+def _start_over(part: Path) -> bool:
+    """Whether ``part`` must be built; if so, a partial build of it is removed first."""
+    if _built(part):
+        return False
+    if part.exists():
+        shutil.rmtree(part)
+    return True
+
+
 def build_venv(root: Path) -> None:
     venv = root / "venv"
-    marker = venv / ".tokenwire-complete"
-    if marker.exists():
+    if not _start_over(venv):
         return
-    if venv.exists():
-        shutil.rmtree(venv)
     t0 = time.monotonic()
     _log(f"creating {venv} with {VLLM_SPEC} (several minutes, about 3.5 GB)")
     subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
@@ -104,17 +119,14 @@ def build_venv(root: Path) -> None:
     wrapper = venv / "bin" / "vllm"
     wrapper.write_text(WRAPPER.format(python=venv / "bin" / "python"))
     wrapper.chmod(0o755)
-    marker.write_text(VLLM_SPEC)
+    (venv / MARKER).write_text(VLLM_SPEC)
     _log(f"venv built in {time.monotonic() - t0:.0f} s")
 
 
 def build_model(root: Path) -> None:
     model = root / "tiny-qwen3"
-    marker = model / ".tokenwire-complete"
-    if marker.exists():
+    if not _start_over(model):
         return
-    if model.exists():
-        shutil.rmtree(model)
     _log(f"building the tiny random Qwen3 model in {model}")
     python = str(root / "venv" / "bin" / "python")
     subprocess.run([python, "-c", MODEL_SCRIPT, str(model)], check=True)
@@ -124,7 +136,7 @@ def build_model(root: Path) -> None:
     (model / "generation_config.json").write_text(
         json.dumps({"bos_token_id": 151643, "eos_token_id": [151645, 151643]})
     )
-    marker.write_text("ok")
+    (model / MARKER).write_text("ok")
 
 
 def main() -> int:
@@ -133,9 +145,7 @@ def main() -> int:
     args = parser.parse_args()
     root = cache_dir()
     if args.check:
-        ok = (root / "venv" / ".tokenwire-complete").exists() and (
-            root / "tiny-qwen3" / ".tokenwire-complete"
-        ).exists()
+        ok = _built(root / "venv") and _built(root / "tiny-qwen3")
         print(json.dumps(paths(root) if ok else {}))
         return 0 if ok else 1
     root.mkdir(parents=True, exist_ok=True)
