@@ -676,3 +676,102 @@ def test_replay_text_is_licensed():
 
     notice = (resources.files("tokenwire") / "_data" / "replay" / "NOTICE").read_text()
     assert "Apache License 2.0" in notice and "CC0" in notice
+
+
+# ---- a stream's waiting deltas go out as one chunk (vLLM merges what a stream has not taken) ----
+
+
+def _stream_events(tok, body: dict, batches: list[list]) -> list[dict]:
+    """The SSE events an OpenAI stream writes for ``batches`` of ``(choice, item)`` pairs."""
+    from tokenwire.messages.egress import EgressSink
+    from tokenwire.server.app import Runtime, ServerConfig, _OpenAIStreamer
+
+    rt = Runtime(tok, SyntheticEngine(tok), ServerConfig())
+    parse = api.parse_chat if "messages" in body else api.parse_completion
+    plan = parse(body | {"model": "m", "stream": True}, tok, "m")
+    subs = [(f"r{k}", k // plan.n, EgressSink()) for k in range(plan.choices)]
+    streamer = _OpenAIStreamer(rt, plan, subs, tuple(tok.eos_token_ids))
+    raw = streamer.head() + b"".join(streamer.feed(batch) for batch in batches)
+    events = [line[6:] for line in raw.decode().split("\n") if line.startswith("data: ")]
+    return [msgspec.json.decode(e) for e in events if e != "[DONE]"]
+
+
+def _items(rid: str, pieces: list[str], finish: FinishReason | None = None) -> list:
+    """A choice's items, one token each; the last a ``Done`` when ``finish`` is given."""
+    from tokenwire.messages.egress import Done, Frame
+
+    items = [Frame(rid, [k], None, 3, text, k + 1) for k, text in enumerate(pieces)]
+    if finish is not None:
+        last = items[-1]
+        items[-1] = Done(rid, last.token_ids, finish, 3, last.text, last.completion_tokens)
+    return items
+
+
+def _texts(events: list[dict]) -> list[tuple[int, str]]:
+    out = []
+    for event in events:
+        for choice in event["choices"]:
+            text = choice["text"] if "text" in choice else choice["delta"].get("content")
+            if text:
+                out.append((choice["index"], text))
+    return out
+
+
+@pytest.mark.parametrize("route", ["completion", "chat"])
+def test_waiting_plain_deltas_go_out_as_one_chunk(tok, route):
+    body = {"max_tokens": 5} | (
+        {"prompt": "hi"}
+        if route == "completion"
+        else {"messages": [{"role": "user", "content": "hi"}]}
+    )
+    items = _items("r0", ["a", "b", "c", "d", "e"], FinishReason.length(5))
+    events = _stream_events(tok, body, [[(0, i) for i in items[:3]], [(0, i) for i in items[3:]]])
+    # Three waiting deltas: one chunk; a delta waiting with the final item: in the final chunk.
+    assert _texts(events) == [(0, "abc"), (0, "de")]
+    assert events[-1]["choices"][0]["finish_reason"] == "length"
+
+
+def test_deltas_of_different_choices_stay_apart_and_in_order(tok):
+    a = _items("r0", ["a1", "a2", "a3", ""], FinishReason.length(4))
+    b = _items("r1", ["b1", "b2", "", ""], FinishReason.length(4))
+    batch = [(0, a[0]), (0, a[1]), (1, b[0]), (0, a[2]), (1, b[1]), (1, b[2])]
+    events = _stream_events(tok, {"prompt": "hi", "n": 2}, [batch, [(0, a[3]), (1, b[3])]])
+    assert _texts(events) == [(0, "a1a2"), (1, "b1"), (0, "a3"), (1, "b2")]
+    assert [e["choices"][0]["finish_reason"] for e in events[-2:]] == ["length", "length"]
+
+
+def test_chunks_with_logprobs_or_an_echo_are_not_merged(tok):
+    items = _items("r0", ["a", "b", "c"])
+    batch = [(0, i) for i in items]
+    lp = _stream_events(tok, {"prompt": "hi", "logprobs": 1}, [batch])
+    assert _texts(lp) == [(0, "a"), (0, "b"), (0, "c")]
+    # The echoed prompt rides on the first chunk; the deltas after it merge.
+    echo = _stream_events(tok, {"prompt": "hi", "echo": True}, [batch])
+    assert _texts(echo) == [(0, "hia"), (0, "bc")]
+
+
+def test_generate_stream_writes_the_newest_of_the_waiting_items(tok):
+    from tokenwire.messages.egress import EgressSink, Error
+    from tokenwire.server.app import Runtime, ServerConfig, _GenerateStreamer
+
+    rt = Runtime(tok, SyntheticEngine(tok), ServerConfig())
+    plan = api.parse_generate({"text": "hi", "stream": True}, tok, "m")
+    streamer = _GenerateStreamer(rt, plan, [("r0", 0, EgressSink())])
+    items = _items("r0", ["a", "b", "c", "d"], FinishReason.length(4))
+
+    def events(raw: bytes) -> list:
+        lines = [line[6:] for line in raw.decode().split("\n") if line.startswith("data: ")]
+        return [msgspec.json.decode(e) for e in lines if e != "[DONE]"]
+
+    # Every chunk carries everything so far: of three waiting items, the newest says it all.
+    first = events(streamer.feed([(0, i) for i in items[:3]]))
+    assert [(e["text"], e["output_ids"]) for e in first] == [("abc", [0, 1, 2])]
+    assert first[0]["meta_info"]["completion_tokens"] == 3
+    last = events(streamer.feed([(0, items[3])]))
+    assert [(e["text"], e["meta_info"]["finish_reason"]["type"]) for e in last] == [
+        ("abcd", "length")
+    ]
+    # An error after waiting items: the text so far still goes out before it.
+    streamer = _GenerateStreamer(rt, plan, [("r0", 0, EgressSink())])
+    failed = events(streamer.feed([(0, items[0]), (0, items[1]), (0, Error(ValidationError("x")))]))
+    assert [e.get("text") for e in failed] == ["ab", None]

@@ -11,7 +11,9 @@ from test_server_e2e import serve
 
 
 def test_generate_streams_every_n_tokens():
-    with serve(SyntheticConfig(output="echo")) as srv:
+    # Steps far apart: the client takes each chunk before the next comes (chunks that wait
+    # together go out as their newest one, so an engine outpacing the client sends fewer).
+    with serve(SyntheticConfig(output="echo", step_time=0.02)) as srv:
         text = "one two three four five six seven eight nine ten eleven twelve"
         assert len(srv.tok.encode(text)) >= 10
         body = {

@@ -747,13 +747,21 @@ class _OpenAIStreamer(_Streamer):
         return b""
 
     def feed(self, batch: list[tuple[int, Any]]) -> bytes:
+        """SSE bytes for a batch of items. A choice's plain text deltas that wait together go
+        out as one chunk (as vLLM merges the outputs a stream has not taken yet); with logprobs,
+        an echo or an output parser, every item keeps its own."""
         self.tracker.chunk()
         writer = self.writer
         out: list[bytes] = []
         parsed = self.parsed
+        run: list[str] = []  # texts of plain deltas of choice ``run_index`` not written yet
+        run_index = run_tokens = 0
         for index, item in batch:
             if isinstance(item, Frame):
                 if self.fresh or self.logprobs is not None:
+                    if run:
+                        out.append(writer.delta(run_index, "".join(run), run_tokens))
+                        run = []
                     out.append(self._chunk(index, item))
                 elif parsed is not None:
                     delta = parsed[index].delta(item.text, item.token_ids)
@@ -762,8 +770,16 @@ class _OpenAIStreamer(_Streamer):
                             writer.chunk(index, _delta_fields(delta), item.completion_tokens)
                         )
                 elif item.text:
-                    out.append(writer.delta(index, item.text, item.completion_tokens))
+                    if run and run_index != index:
+                        out.append(writer.delta(run_index, "".join(run), run_tokens))
+                        run = []
+                    run.append(item.text)
+                    run_index = index
+                    run_tokens = item.completion_tokens
                 continue
+            if run and (run_index != index or isinstance(item, Error)):
+                out.append(writer.delta(run_index, "".join(run), run_tokens))
+                run = []
             if isinstance(item, Error):
                 out.append(self.error(item.error))
                 break
@@ -774,6 +790,9 @@ class _OpenAIStreamer(_Streamer):
             self.reasoning_tokens += item.reasoning_tokens
             prefix, fields = self._extras(index, item)
             text = prefix + item.text
+            if run:  # this choice's waiting deltas end with it
+                text = "".join(run) + text
+                run = []
             if parsed is not None:
                 choice = parsed[index]
                 delta = choice.final(item.text, item.token_ids)
@@ -813,6 +832,8 @@ class _OpenAIStreamer(_Streamer):
                         )
                     )
                 out.append(api.SSE_DONE)
+        if run:
+            out.append(writer.delta(run_index, "".join(run), run_tokens))
         return b"".join(out)
 
     def _chunk(self, index: int, item: Any) -> bytes:
@@ -889,21 +910,33 @@ class _GenerateStreamer(_Streamer):
         self.logprobs = _generate_logprobs(rt, plan, subs)
 
     def feed(self, batch: list[tuple[int, Any]]) -> bytes:
+        """SSE bytes for a batch of items. Each chunk carries everything so far, so of a
+        choice's items that wait together only the last makes one (as SGLang's streams take
+        only their newest output)."""
         self.tracker.chunk()
         out: list[bytes] = []
-        for index, item in batch:
+        last = len(batch) - 1
+        for k, (index, item) in enumerate(batch):
             if isinstance(item, Error):
                 out.append(self.error(item.error))
                 break
             self.texts[index] += item.text
             self.ids[index].extend(item.token_ids)
+            if self.logprobs is not None:
+                self.logprobs[index].take(item.token_ids, item.extras)
+            if (
+                k < last
+                and batch[k + 1][0] == index
+                and isinstance(item, Frame)
+                and not isinstance(batch[k + 1][1], Error)
+            ):
+                continue  # the choice's next item says it all, and more
             rid, p, _ = self.subs[index]
             final = item if isinstance(item, Done) else None
             body = _generate_body(
                 rid, self.texts[index], self.ids[index], final, len(self.plan.prompts[p])
             )
             if self.logprobs is not None:
-                self.logprobs[index].take(item.token_ids, item.extras)
                 body["meta_info"] |= self.logprobs[index].meta()
             if final is None:
                 body["meta_info"]["completion_tokens"] = item.completion_tokens
