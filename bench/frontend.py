@@ -32,7 +32,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
-from loadgen import free_port, load, request_bytes, summary, wait_port  # noqa: E402
+from loadgen import free_port, load, load_measured, request_bytes, summary, wait_port  # noqa: E402
 
 TOKENS = int(os.environ.get("TOKENS", "128"))
 ROUNDS = int(os.environ.get("ROUNDS", "3"))
@@ -66,13 +66,6 @@ def _spawn(argv: list[str], cpu: int, log: str) -> subprocess.Popen:
         env=env,
         start_new_session=True,
     )
-
-
-def _cpu_seconds(pid: int) -> float:
-    """User + system CPU time of one process so far."""
-    with open(f"/proc/{pid}/stat") as f:
-        fields = f.read().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def _mock(address: str, model: str, log: str) -> subprocess.Popen:
@@ -143,10 +136,8 @@ def main() -> None:
                 for kind, (port, procs) in servers.items():
                     payload = request_bytes(port, NAME, TOKENS, **extra)
                     pid = procs[0].pid  # the frontend (taskset execs it: the same pid)
-                    cpu0 = _cpu_seconds(pid)
-                    run = asyncio.run(load(port, c, payload, TOKENS))
-                    tokens = max(run["complete"] * TOKENS, 1)
-                    run["cpu_us_per_token"] = (_cpu_seconds(pid) - cpu0) / tokens * 1e6
+                    run = asyncio.run(load_measured(pid, port, c, payload, TOKENS))
+                    run["cpu_us_per_token"] = run["user_us_per_token"] + run["sys_us_per_token"]
                     runs[kind].append(run)
             ratios = sorted(
                 t["tokens_per_s"] / max(v["tokens_per_s"], 1e-9)

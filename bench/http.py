@@ -8,7 +8,10 @@ Each server runs in its own process pinned to one core (CPU 0); this process is 
 (pinned to CPU 1): C concurrent streaming ``/v1/completions`` requests, each for ``TOKENS``
 tokens (random output, ``ignore_eos``), over raw asyncio connections so the client stays cheap.
 Reported side by side: streamed tokens/s, time to first token and inter-chunk latency
-percentiles, and each one's share of the best ceiling (the median of per-round ratios).
+percentiles, each one's share of the best ceiling (the median of per-round ratios), and each
+server process's CPU time per streamed token, user and kernel apart (medians of the rounds): the
+kernel's part is mostly the sends, which the ceiling pays too, and differs with how many chunks
+go in one send (``/proc`` counts clock ticks of 10 ms: at C=256, about 0.3 µs per token).
 
 ``SERVERS`` runs the ceiling app under each of: ``uvicorn`` (httptools, uvloop; the default and
 what ``tokenwire serve`` runs on), ``granian`` (its ASGI interface, one worker, uvloop),
@@ -33,7 +36,7 @@ import json  # noqa: E402
 import os  # noqa: E402
 import subprocess  # noqa: E402
 
-from loadgen import free_port, load, request_bytes, summary, wait_port  # noqa: E402
+from loadgen import free_port, load, load_measured, request_bytes, summary, wait_port  # noqa: E402
 
 TOKENS = int(os.environ.get("TOKENS", "128"))
 ROUNDS = int(os.environ.get("ROUNDS", "5"))
@@ -207,7 +210,10 @@ def main() -> None:
             runs: dict[str, list[dict]] = {k: [] for k in ports}
             for _ in range(ROUNDS):
                 for kind, port in ports.items():
-                    runs[kind].append(asyncio.run(load(port, c, payloads[kind], TOKENS)))
+                    pid = procs[kind].pid
+                    # (granian serves from a worker process: count the server's children)
+                    run = load_measured(pid, port, c, payloads[kind], TOKENS, children=True)
+                    runs[kind].append(asyncio.run(run))
             # The best ceiling at this C (by median tokens/s); shares are paired per round.
             best = max(ceilings, key=lambda k: summary(runs[k])["tokens_per_s"])
             for kind in ports:
@@ -224,12 +230,13 @@ def main() -> None:
             proc.wait(10)
     print(
         "\n| C | server | tokens/s (median) | share of best ceiling (median of paired rounds) "
-        "| TTFT p50 / p99 ms | ITL p50 / p99 ms |"
+        "| server CPU µs/token: user + kernel | TTFT p50 / p99 ms | ITL p50 / p99 ms |"
     )
-    print("|---:|---|---:|---:|---:|---:|")
+    print("|---:|---|---:|---:|---:|---:|---:|")
     for r in rows:
         print(
             f"| {r['C']} | {r['impl']} | {r['tokens_per_s']:,} | {r['share']:.2f} "
+            f"| {r['user_us_per_token']:.1f} + {r['sys_us_per_token']:.1f} "
             f"| {r['ttft_p50_ms']} / {r['ttft_p99_ms']} | {r['itl_p50_ms']} / {r['itl_p99_ms']} |"
         )
 

@@ -7,8 +7,10 @@ Used by ``bench/http.py`` and ``bench/frontend.py``; not a benchmark of its own.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import itertools
 import json
+import os
 import socket
 import subprocess
 import time
@@ -114,6 +116,53 @@ def wait_port(port: int, proc: subprocess.Popen, timeout: float = 60, path: str 
     raise RuntimeError("server did not start")
 
 
+def _stat(pid: int) -> list[str]:
+    with open(f"/proc/{pid}/stat") as f:
+        return f.read().rsplit(")", 1)[1].split()  # from the state on: field 3 of proc(5)
+
+
+def cpu_times(pid: int, *, children: bool = False) -> tuple[float, float]:
+    """User and system (kernel) CPU seconds of a process so far; with ``children``, with those of
+    the living processes it started (a server's workers, as granian's)."""
+    tree: dict[int, list[int]] = {}
+    for entry in os.listdir("/proc") if children else ():
+        if entry.isdigit():
+            with contextlib.suppress(OSError):  # (gone meanwhile)
+                tree.setdefault(int(_stat(int(entry))[1]), []).append(int(entry))
+    user = system = 0
+    todo = [pid]
+    while todo:
+        p = todo.pop()
+        try:
+            fields = _stat(p)
+        except OSError:
+            continue
+        user += int(fields[11])
+        system += int(fields[12])
+        todo += tree.get(p, [])
+    tick = os.sysconf("SC_CLK_TCK")
+    return user / tick, system / tick
+
+
+async def load_measured(
+    pid: int, port: int, concurrency: int, payload: bytes, tokens: int, *, children: bool = False
+) -> dict:
+    """``load``, with the server's own CPU time per streamed token: ``user_us_per_token`` and
+    ``sys_us_per_token`` (process ``pid``, and with ``children`` those it started, over the
+    round)."""
+    user0, sys0 = cpu_times(pid, children=children)
+    run = await load(port, concurrency, payload, tokens)
+    user1, sys1 = cpu_times(pid, children=children)
+    streamed = max(run["complete"] * tokens, 1)
+    run["user_us_per_token"] = (user1 - user0) / streamed * 1e6
+    run["sys_us_per_token"] = (sys1 - sys0) / streamed * 1e6
+    return run
+
+
+def _median(xs: list[float]) -> float:
+    return sorted(xs)[len(xs) // 2]
+
+
 def summary(runs: list[dict]) -> dict:
     """The median round by tokens/s, with its latency percentiles (ms)."""
     rs = sorted(runs, key=lambda r: r["tokens_per_s"])
@@ -126,4 +175,8 @@ def summary(runs: list[dict]) -> dict:
         "itl_p50_ms": round(pct(med["itl"], 50) * 1e3, 2),
         "itl_p99_ms": round(pct(med["itl"], 99) * 1e3, 2),
         "runs_tokens_per_s": [round(r["tokens_per_s"]) for r in runs],
+    } | {
+        key: round(_median([r[key] for r in runs]), 2)
+        for key in ("user_us_per_token", "sys_us_per_token")
+        if all(key in r for r in runs)
     }
