@@ -141,6 +141,21 @@ async def test_async_consumer_same_loop():
     assert [type(i) for i in got] == [Frame, Frame, Done]
 
 
+async def test_take_waits_for_an_item_then_takes_every_waiting_one():
+    sink = EgressSink()
+    task = asyncio.create_task(sink.take())
+    await asyncio.sleep(0)
+    assert not task.done()
+    sink.try_send(Frame.of(chunk("a", [1], 1)))
+    sink.try_send(Done.of(chunk("b", [2], 2, FinishReason.length(2))))
+    got = await asyncio.wait_for(task, 5)
+    assert [(type(i), i.text) for i in got] == [(Frame, "a"), (Done, "b")]
+    assert len(sink) == 0
+    sink.close()
+    with pytest.raises(ClientDisconnected):
+        await sink.take()
+
+
 async def test_close_wakes_a_waiting_consumer():
     sink = EgressSink()
     task = asyncio.create_task(sink.get())

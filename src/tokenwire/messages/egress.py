@@ -393,13 +393,10 @@ class EgressSink:
         self._taken_at = time.monotonic()
         return out
 
-    async def get(self) -> Any:
-        """The next item, waiting for it; ``ClientDisconnected`` once the sink is closed."""
+    async def _ready(self) -> None:
+        """Wait until an item waits; ``ClientDisconnected`` once the sink is closed."""
         dq = self._dq
-        while True:
-            if dq:
-                self._taken_at = time.monotonic()
-                return _taken(dq.popleft(), self.row)
+        while not dq:
             if self._closed:
                 raise ClientDisconnected("the response channel is closed")
             notifier = self._notifier
@@ -414,6 +411,19 @@ class EgressSink:
                 await fut
             finally:
                 self._waiter = None
+
+    async def take(self) -> list[Any]:
+        """Every item waiting, once there is one (waiting for it); ``ClientDisconnected`` once
+        the sink is closed."""
+        if not self._dq:
+            await self._ready()
+        return self.drain()
+
+    async def get(self) -> Any:
+        """The next item, waiting for it; ``ClientDisconnected`` once the sink is closed."""
+        if not self._dq:
+            await self._ready()
+        return self.get_nowait()
 
     def __aiter__(self) -> EgressSink:
         return self

@@ -51,10 +51,7 @@ async def _merged(subs: list[tuple[str, int, EgressSink]]) -> AsyncIterator[list
     if len(subs) == 1:
         sink = subs[0][2]
         while True:
-            item = await sink.get()
-            batch = [(0, item)]
-            for it in sink.drain():
-                batch.append((0, it))
+            batch = [(0, item) for item in await sink.take()]
             yield batch
             if isinstance(batch[-1][1], (Done, Error)):
                 return
@@ -368,11 +365,10 @@ class App:
                 # One choice (the common case): wait on its sink directly.
                 sink = subs[0][2]
                 while streamer.open:
-                    batch = [(0, await sink.get())]
-                    for item in sink.drain():
-                        batch.append((0, item))
-                    data = pending + streamer.feed(batch)
-                    pending = b""
+                    data = streamer.feed([(0, item) for item in await sink.take()])
+                    if pending:
+                        data = pending + data
+                        pending = b""
                     if data:
                         await write({"type": "http.response.body", "body": data, "more_body": True})
             else:
