@@ -159,10 +159,6 @@ async def load_measured(
     return run
 
 
-def _median(xs: list[float]) -> float:
-    return sorted(xs)[len(xs) // 2]
-
-
 def summary(runs: list[dict]) -> dict:
     """The median round by tokens/s, with its latency percentiles (ms)."""
     rs = sorted(runs, key=lambda r: r["tokens_per_s"])
@@ -176,7 +172,7 @@ def summary(runs: list[dict]) -> dict:
         "itl_p99_ms": round(pct(med["itl"], 99) * 1e3, 2),
         "runs_tokens_per_s": [round(r["tokens_per_s"]) for r in runs],
     } | {
-        key: round(_median([r[key] for r in runs]), 2)
+        key: round(pct([r[key] for r in runs], 50), 2)
         for key in ("user_us_per_token", "sys_us_per_token")
         if all(key in r for r in runs)
     }

@@ -681,6 +681,12 @@ def test_replay_text_is_licensed():
 # ---- a stream's waiting deltas go out as one chunk (vLLM merges what a stream has not taken) ----
 
 
+def _sse(raw: bytes) -> list[dict]:
+    """The JSON events of SSE bytes (``[DONE]`` left out)."""
+    lines = [line[6:] for line in raw.decode().split("\n") if line.startswith("data: ")]
+    return [msgspec.json.decode(e) for e in lines if e != "[DONE]"]
+
+
 def _stream_events(tok, body: dict, batches: list[list]) -> list[dict]:
     """The SSE events an OpenAI stream writes for ``batches`` of ``(choice, item)`` pairs."""
     from tokenwire.messages.egress import EgressSink
@@ -691,9 +697,7 @@ def _stream_events(tok, body: dict, batches: list[list]) -> list[dict]:
     plan = parse(body | {"model": "m", "stream": True}, tok, "m")
     subs = [(f"r{k}", k // plan.n, EgressSink()) for k in range(plan.choices)]
     streamer = _OpenAIStreamer(rt, plan, subs, tuple(tok.eos_token_ids))
-    raw = streamer.head() + b"".join(streamer.feed(batch) for batch in batches)
-    events = [line[6:] for line in raw.decode().split("\n") if line.startswith("data: ")]
-    return [msgspec.json.decode(e) for e in events if e != "[DONE]"]
+    return _sse(streamer.head() + b"".join(streamer.feed(batch) for batch in batches))
 
 
 def _items(rid: str, pieces: list[str], finish: FinishReason | None = None) -> list:
@@ -759,19 +763,15 @@ def test_generate_stream_writes_the_newest_of_the_waiting_items(tok):
     streamer = _GenerateStreamer(rt, plan, [("r0", 0, EgressSink())])
     items = _items("r0", ["a", "b", "c", "d"], FinishReason.length(4))
 
-    def events(raw: bytes) -> list:
-        lines = [line[6:] for line in raw.decode().split("\n") if line.startswith("data: ")]
-        return [msgspec.json.decode(e) for e in lines if e != "[DONE]"]
-
     # Every chunk carries everything so far: of three waiting items, the newest says it all.
-    first = events(streamer.feed([(0, i) for i in items[:3]]))
+    first = _sse(streamer.feed([(0, i) for i in items[:3]]))
     assert [(e["text"], e["output_ids"]) for e in first] == [("abc", [0, 1, 2])]
     assert first[0]["meta_info"]["completion_tokens"] == 3
-    last = events(streamer.feed([(0, items[3])]))
+    last = _sse(streamer.feed([(0, items[3])]))
     assert [(e["text"], e["meta_info"]["finish_reason"]["type"]) for e in last] == [
         ("abcd", "length")
     ]
     # An error after waiting items: the text so far still goes out before it.
     streamer = _GenerateStreamer(rt, plan, [("r0", 0, EgressSink())])
-    failed = events(streamer.feed([(0, items[0]), (0, items[1]), (0, Error(ValidationError("x")))]))
+    failed = _sse(streamer.feed([(0, items[0]), (0, items[1]), (0, Error(ValidationError("x")))]))
     assert [e.get("text") for e in failed] == ["ab", None]

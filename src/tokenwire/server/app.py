@@ -753,11 +753,13 @@ class _OpenAIStreamer(_Streamer):
         run: list[str] = []  # texts of plain deltas of choice ``run_index`` not written yet
         run_index = run_tokens = 0
         for index, item in batch:
+            # (Only plain deltas start a run: with logprobs, an echo still to come or a parser,
+            # none does; a final item of the same choice takes the run's text.)
+            if run and (index != run_index or isinstance(item, Error)):
+                out.append(writer.delta(run_index, "".join(run), run_tokens))
+                run = []
             if isinstance(item, Frame):
                 if self.fresh or self.logprobs is not None:
-                    if run:
-                        out.append(writer.delta(run_index, "".join(run), run_tokens))
-                        run = []
                     out.append(self._chunk(index, item))
                 elif parsed is not None:
                     delta = parsed[index].delta(item.text, item.token_ids)
@@ -766,16 +768,10 @@ class _OpenAIStreamer(_Streamer):
                             writer.chunk(index, _delta_fields(delta), item.completion_tokens)
                         )
                 elif item.text:
-                    if run and run_index != index:
-                        out.append(writer.delta(run_index, "".join(run), run_tokens))
-                        run = []
                     run.append(item.text)
                     run_index = index
                     run_tokens = item.completion_tokens
                 continue
-            if run and (run_index != index or isinstance(item, Error)):
-                out.append(writer.delta(run_index, "".join(run), run_tokens))
-                run = []
             if isinstance(item, Error):
                 out.append(self.error(item.error))
                 break
