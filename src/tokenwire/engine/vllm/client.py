@@ -44,6 +44,10 @@ log = logging.getLogger("tokenwire.engine.vllm")
 
 #: Seconds between checks that every engine is still connected.
 _PROBE_PERIOD = 2.0
+#: How long (seconds) the output reader keeps reading messages that are already waiting before it
+#: lets the streams run: reading everything waiting first makes a fast engine's streams arrive in
+#: one piece, and yielding after every message halves the throughput.
+_READ_TURN = 0.001
 
 
 @dataclass
@@ -409,6 +413,7 @@ class VllmEngine:
         try:
             while True:
                 await sock.poll(flags=zmq.POLLIN)
+                turn_ends = time.perf_counter() + _READ_TURN
                 while True:
                     try:
                         frames = sync.recv_multipart(zmq.NOBLOCK, copy=False)
@@ -440,6 +445,9 @@ class VllmEngine:
                         output(batch.decoded)
                         for rid, message in batch.errors:
                             output(encode_error_frame(rid, message))
+                        if time.perf_counter() >= turn_ends:
+                            await asyncio.sleep(0)
+                            turn_ends = time.perf_counter() + _READ_TURN
                     if msg.utility_output is not None:
                         self._utility_result(msg.utility_output)
                     if msg.scheduler_stats != wire._NIL:

@@ -1,0 +1,82 @@
+"""The vLLM engine's output reader shares the event loop: steps already waiting on the socket are
+read in turns, so that a fast engine's streams go out while it runs, not in one piece at the end."""
+
+from __future__ import annotations
+
+import asyncio
+
+import zmq
+import zmq.asyncio
+
+from tokenwire import Tokenizer
+from tokenwire.engine.vllm import VllmEngine, VllmEngineConfig
+from tokenwire.engine.vllm import client as vllm_client
+from tokenwire.engine.vllm import protocol as wire
+
+STEPS = 400
+
+
+def _read_queued(turn: float) -> tuple[int, list[int]]:
+    """``STEPS`` one-token steps queued on the engine's output socket before the reader starts;
+    another task counts its turns on the loop. Returns the steps read and, for each turn of the
+    other task, how many steps had been read by then."""
+
+    async def main() -> tuple[int, list[int]]:
+        ctx = zmq.asyncio.Context()
+        push = ctx.socket(zmq.PUSH)
+        pull = ctx.socket(zmq.PULL)
+        try:
+            push.bind("inproc://outputs")
+            pull.connect("inproc://outputs")
+            engine = VllmEngine(Tokenizer.default(), VllmEngineConfig())
+            steps: list[int] = []
+            engine._output = lambda frame: steps.append(1)
+            engine._output_sock = pull
+            rids = [f"r{i}" for i in range(8)]
+            for rid in rids:
+                engine._prompt_lens[rid] = 3
+                engine._max_tokens[rid] = None
+            for k in range(STEPS):
+                msg = wire.outputs_for_step(0, [(rid, [k % 100], None, None) for rid in rids])
+                await asyncio.wait_for(push.send(wire.encode_outputs(msg)), 5)
+            seen: list[int] = []
+            reader = asyncio.ensure_future(engine._read_outputs())
+
+            async def other() -> None:
+                while len(steps) < STEPS:
+                    seen.append(len(steps))
+                    await asyncio.sleep(0)
+
+            try:
+                await asyncio.wait_for(other(), 30)
+            finally:
+                reader.cancel()
+                await asyncio.gather(reader, return_exceptions=True)
+            return len(steps), seen
+        finally:
+            push.close(linger=0)
+            pull.close(linger=0)
+            ctx.term()
+
+    saved = vllm_client._READ_TURN
+    vllm_client._READ_TURN = turn
+    try:
+        return asyncio.run(main())
+    finally:
+        vllm_client._READ_TURN = saved
+
+
+def test_waiting_steps_are_read_in_turns_that_let_other_tasks_run():
+    read, seen = _read_queued(0.0)
+    assert read == STEPS
+    # A turn of no length yields after every step: the other task sees the steps arrive one by one.
+    between = [n for n in seen if 0 < n < STEPS]
+    assert len(set(between)) >= STEPS // 2, seen[:20]
+
+
+def test_a_long_turn_reads_everything_waiting_at_once():
+    # The contrast that makes the test above able to fail: a turn longer than the whole backlog
+    # reads it before any other task runs.
+    read, seen = _read_queued(60.0)
+    assert read == STEPS
+    assert not [n for n in seen if 0 < n < STEPS], seen[:20]
