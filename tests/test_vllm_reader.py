@@ -4,6 +4,7 @@ read in turns, so that a fast engine's streams go out while it runs, not in one 
 from __future__ import annotations
 
 import asyncio
+import time
 
 import zmq
 import zmq.asyncio
@@ -16,10 +17,10 @@ from tokenwire.engine.vllm import protocol as wire
 STEPS = 400
 
 
-def _read_queued(turn: float) -> tuple[int, list[int]]:
+def _read_queued(turn: float, busy: float = 0.0) -> tuple[int, list[int]]:
     """``STEPS`` one-token steps queued on the engine's output socket before the reader starts;
-    another task counts its turns on the loop. Returns the steps read and, for each turn of the
-    other task, how many steps had been read by then."""
+    another task counts its turns on the loop (each keeping the CPU ``busy`` seconds). Returns
+    the steps read and, for each turn of the other task, how many steps had been read by then."""
 
     async def main() -> tuple[int, list[int]]:
         ctx = zmq.asyncio.Context()
@@ -45,6 +46,9 @@ def _read_queued(turn: float) -> tuple[int, list[int]]:
             async def other() -> None:
                 while len(steps) < STEPS:
                     seen.append(len(steps))
+                    until = time.perf_counter() + busy
+                    while time.perf_counter() < until:
+                        pass
                     await asyncio.sleep(0)
 
             try:
@@ -80,3 +84,11 @@ def test_a_long_turn_reads_everything_waiting_at_once():
     read, seen = _read_queued(60.0)
     assert read == STEPS
     assert not [n for n in seen if 0 < n < STEPS], seen[:20]
+
+
+def test_a_turn_lasts_as_long_as_the_other_tasks_took():
+    # The others take 2 ms a turn: the reader's turns grow to match, reading many steps each
+    # (with turns of a fixed length near 0 it would read about one per turn of the others).
+    read, seen = _read_queued(0.0, busy=0.002)
+    assert read == STEPS
+    assert len(seen) < STEPS // 4, len(seen)

@@ -44,9 +44,10 @@ log = logging.getLogger("tokenwire.engine.vllm")
 
 #: Seconds between checks that every engine is still connected.
 _PROBE_PERIOD = 2.0
-#: How long (seconds) the output reader keeps reading messages that are already waiting before it
-#: lets the streams run: reading everything waiting first makes a fast engine's streams arrive in
-#: one piece, and yielding after every message halves the throughput.
+#: The output reader's shortest turn (seconds) at reading messages that are already waiting
+#: before it lets the streams run; a turn lasts as long as the streams took in theirs. Reading
+#: everything waiting first makes a fast engine's streams arrive in one piece, and yielding after
+#: every message halves the throughput.
 _READ_TURN = 0.001
 
 
@@ -445,13 +446,16 @@ class VllmEngine:
                         output(batch.decoded)
                         for rid, message in batch.errors:
                             output(encode_error_frame(rid, message))
-                        if time.perf_counter() >= turn_ends:
-                            await asyncio.sleep(0)
-                            turn_ends = time.perf_counter() + _READ_TURN
                     if msg.utility_output is not None:
                         self._utility_result(msg.utility_output)
                     if msg.scheduler_stats != wire._NIL:
                         self._stats(msg)
+                    now = time.perf_counter()
+                    if now >= turn_ends:
+                        await asyncio.sleep(0)
+                        # The next turn lasts as long as the others took (at least _READ_TURN).
+                        after = time.perf_counter()
+                        turn_ends = after + max(_READ_TURN, after - now)
         except asyncio.CancelledError:
             raise
         except Exception as exc:  # the socket broke: nothing more can arrive
