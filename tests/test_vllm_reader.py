@@ -17,7 +17,9 @@ from tokenwire.engine.vllm import protocol as wire
 STEPS = 400
 
 
-def _read_queued(turn: float, busy: float = 0.0) -> tuple[int, list[int]]:
+def _read_queued(
+    turn: float, busy: float = 0.0, longest: float = vllm_client._MAX_READ_TURN
+) -> tuple[int, list[int]]:
     """``STEPS`` one-token steps queued on the engine's output socket before the reader starts;
     another task counts its turns on the loop (each keeping the CPU ``busy`` seconds). Returns
     the steps read and, for each turn of the other task, how many steps had been read by then."""
@@ -62,12 +64,12 @@ def _read_queued(turn: float, busy: float = 0.0) -> tuple[int, list[int]]:
             pull.close(linger=0)
             ctx.term()
 
-    saved = vllm_client._READ_TURN
-    vllm_client._READ_TURN = turn
+    saved = vllm_client._READ_TURN, vllm_client._MAX_READ_TURN
+    vllm_client._READ_TURN, vllm_client._MAX_READ_TURN = turn, longest
     try:
         return asyncio.run(main())
     finally:
-        vllm_client._READ_TURN = saved
+        vllm_client._READ_TURN, vllm_client._MAX_READ_TURN = saved
 
 
 def test_waiting_steps_are_read_in_turns_that_let_other_tasks_run():
@@ -92,3 +94,10 @@ def test_a_turn_lasts_as_long_as_the_other_tasks_took():
     read, seen = _read_queued(0.0, busy=0.002)
     assert read == STEPS
     assert len(seen) < STEPS // 4, len(seen)
+
+
+def test_a_turn_is_bounded():
+    # The same, with turns bounded near 0: the reader yields after about every step again.
+    read, seen = _read_queued(0.0, busy=0.002, longest=1e-6)
+    assert read == STEPS
+    assert len(seen) >= STEPS // 2, len(seen)

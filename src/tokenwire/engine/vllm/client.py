@@ -49,6 +49,8 @@ _PROBE_PERIOD = 2.0
 #: everything waiting first makes a fast engine's streams arrive in one piece, and yielding after
 #: every message halves the throughput.
 _READ_TURN = 0.001
+#: The longest turn (seconds): after a long pause of the streams, reading as long would stall them.
+_MAX_READ_TURN = 0.05
 
 
 @dataclass
@@ -453,9 +455,9 @@ class VllmEngine:
                     now = time.perf_counter()
                     if now >= turn_ends:
                         await asyncio.sleep(0)
-                        # The next turn lasts as long as the others took (at least _READ_TURN).
+                        # The next turn lasts as long as the others took (within bounds).
                         after = time.perf_counter()
-                        turn_ends = after + max(_READ_TURN, after - now)
+                        turn_ends = after + min(max(_READ_TURN, after - now), _MAX_READ_TURN)
         except asyncio.CancelledError:
             raise
         except Exception as exc:  # the socket broke: nothing more can arrive
