@@ -118,6 +118,37 @@ def test_deep_schema_is_bounded() -> None:
     assert "deeper" in exc.value.detail
 
 
+@pytest.mark.parametrize(
+    "body",
+    [
+        {"guided_json": {"enum": [json.loads("[" * 900 + "]" * 900)]}},
+        {"guided_json": "[" * 5000 + "]" * 5000},
+        {"structured_outputs": {"json": {"const": json.loads("[" * 900 + "]" * 900)}}},
+        {"structured_outputs": {"structural_tag": {"x": json.loads("[" * 900 + "]" * 900)}}},
+        {"response_format": RF | {"json_schema": {"name": "x", "schema": "[" * 3000 + "]" * 3000}}},
+    ],
+)
+def test_deeply_nested_values_are_a_400(body) -> None:
+    """A schema's values (enum, const...) and its JSON text nest within bounds: a 400 naming the
+    field, never a RecursionError (a 500)."""
+    with pytest.raises(ValidationError) as exc:
+        structured_fields(body, supported=True)
+    assert exc.value.param.startswith(next(iter(body))), exc.value
+    assert "nests" in exc.value.detail
+
+
+@pytest.mark.parametrize("text", ['{"maximum": NaN}', '{"maximum": Infinity}', '{"x": 1e999}'])
+def test_schema_text_is_strict_json(text) -> None:
+    """A schema sent as text is JSON: NaN and Infinity are no JSON an engine takes (and were
+    passed on as written)."""
+    with pytest.raises(ValidationError) as exc:
+        structured_fields({"guided_json": text}, supported=True)
+    assert exc.value.param == "guided_json"
+    with pytest.raises(ValidationError) as exc:
+        check_grammar_params({"json_schema": text}, supported=True)
+    assert exc.value.param == "json_schema"
+
+
 def test_sglang_grammar_params() -> None:
     check_grammar_params({"regex": "[a-z]+"}, supported=True)
     check_grammar_params({"json_schema": ""}, supported=False)  # empty: not asked for

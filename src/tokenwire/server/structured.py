@@ -16,6 +16,7 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
+import msgspec
 import re2
 
 from tokenwire.messages.errors import ValidationError
@@ -37,6 +38,9 @@ MAX_REGEX_BYTES = 4 * 1024
 #: Most alternatives of a ``choice``.
 MAX_CHOICES = 256
 _MAX_DEPTH = 32
+#: Deepest nesting of any JSON value in a schema (``enum``, ``const``, ``default``... included):
+#: room for ``_MAX_DEPTH`` levels of schemas, each inside ``properties`` or the like.
+_MAX_JSON_DEPTH = 4 * _MAX_DEPTH
 _JSON_TYPES = {"string", "number", "integer", "boolean", "object", "array", "null"}
 _SCHEMA_NAME = re.compile(r"[A-Za-z0-9_-]{1,64}")
 _GUIDED = ("guided_json", "guided_regex", "guided_choice", "guided_grammar")
@@ -96,13 +100,34 @@ def _check_schema(schema: Any, field: str, depth: int = 0) -> None:
         _check_regex(schema["pattern"], field)
 
 
+def _json_depth(value: Any) -> int:
+    """How deep ``value`` nests (a scalar: 0), without recursion."""
+    deepest = 0
+    todo = [(value, 1)]
+    while todo:
+        v, depth = todo.pop()
+        children = v.values() if isinstance(v, dict) else v if isinstance(v, list) else None
+        if children is not None:
+            deepest = max(deepest, depth)
+            todo.extend((c, depth + 1) for c in children)
+    return deepest
+
+
+def _check_json_depth(value: Any, field: str) -> None:
+    if _json_depth(value) > _MAX_JSON_DEPTH:
+        raise ValidationError(f"{field} nests deeper than {_MAX_JSON_DEPTH} levels", param=field)
+
+
 def _schema_text(schema: Any, field: str) -> str:
     """A schema (an object, or its JSON text) checked, as JSON text."""
     if isinstance(schema, str):
-        try:
-            schema = json.loads(schema)
-        except json.JSONDecodeError as exc:
+        try:  # strict JSON: no NaN or Infinity, which no engine's JSON parser takes
+            schema = msgspec.json.decode(schema)
+        except msgspec.DecodeError as exc:
             raise ValidationError(f"{field} is not valid JSON: {exc}", param=field) from None
+        except RecursionError:
+            raise ValidationError(f"{field} nests too deeply", param=field) from None
+    _check_json_depth(schema, field)
     _check_schema(schema, field)
     text = json.dumps(schema, ensure_ascii=False, separators=(",", ":"))
     _size(text, MAX_SCHEMA_BYTES, field)
@@ -200,6 +225,8 @@ def _structured_outputs(value: Any) -> tuple[str, str] | None:
     if key == "grammar":
         return "ebnf", _grammar(value["grammar"], where)
     tag = value["structural_tag"]
+    if not isinstance(tag, str):
+        _check_json_depth(tag, where)
     text = tag if isinstance(tag, str) else json.dumps(tag, ensure_ascii=False)
     _size(text, MAX_SCHEMA_BYTES, where)
     return "structural_tag", text
