@@ -453,6 +453,16 @@ def test_message_shapes_are_normalized():
         normalize_messages([{"role": "assistant", "tool_calls": "f()"}])
 
 
+def test_deeply_nested_tool_call_arguments_are_a_400():
+    """Arguments sent as JSON text are parsed for the template: JSON nested past what the parser
+    can take is the request's 400 naming messages (it was a RecursionError, a 500)."""
+    deep = "[" * 5000 + "]" * 5000
+    call = {"type": "function", "function": {"name": "f", "arguments": deep}}
+    with pytest.raises(ValidationError, match="nests too deeply") as info:
+        normalize_messages([{"role": "assistant", "content": "", "tool_calls": [call]}])
+    assert info.value.param == "messages"
+
+
 def test_a_template_that_breaks_is_a_400_not_a_500():
     msgs = normalize_messages([{"role": "user", "content": "x"}])
     with pytest.raises(ValidationError, match="cannot render these messages") as info:

@@ -5,7 +5,6 @@ templates use (``raise_exception``, ``strftime_now``) and the variables (``messa
 
 from __future__ import annotations
 
-import contextlib
 import json
 from collections.abc import Mapping
 from datetime import datetime
@@ -96,8 +95,15 @@ def _tool_calls(calls: Any, where: str) -> list[dict[str, Any]]:
             if args is None or args == "":
                 fn["arguments"] = {}
             elif isinstance(args, str):
-                with contextlib.suppress(ValueError):  # not JSON: the string as sent
+                try:
                     fn["arguments"] = json.loads(args)
+                except ValueError:  # not JSON: the string as sent
+                    pass
+                except RecursionError:
+                    raise ValidationError(
+                        f"{where}.tool_calls[{k}].function.arguments nests too deeply",
+                        param="messages",
+                    ) from None
             call["function"] = fn
         out.append(call)
     return out
