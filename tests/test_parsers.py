@@ -17,6 +17,7 @@ from tokenwire.parsers import (
     prompt_opens_reasoning,
 )
 from tokenwire.parsers.markers import find_marker, safe_length
+from tokenwire.parsers.tools.forced import ForcedToolParser
 
 from conftest import examples, real_tokenizer
 
@@ -142,6 +143,38 @@ def test_tool_parser_whole(name: str, k: int) -> None:
     assert got_content == content
     assert [(c.name, c.arguments) for c in got_calls] == calls
     assert [c.id for c in got_calls] == [f"call{i}" for i in range(len(calls))]
+
+
+_DEEP = "[" * 3000 + "]" * 3000
+_LONG_INT = "1" * 5000
+#: Outputs that look like calls but are no JSON a client can read back (or that no parser
+#: takes): they stay content as written, never an exception (a 500 or a cut stream).
+UNREADABLE_CALLS = [
+    ("hermes", f'<tool_call>{{"arguments": {_DEEP}, "name": "f"}}</tool_call>'),
+    ("hermes", f"<tool_call>{_DEEP}</tool_call>"),
+    ("hermes", f'<tool_call>{{"arguments": {{"n": {_LONG_INT}}}, "name": "f"}}</tool_call>'),
+    ("hermes", '<tool_call>{"arguments": {"n": NaN}, "name": "f"}</tool_call>'),
+    ("llama3_json", f'{{"parameters": {_DEEP}, "name": "f"}}'),
+    ("llama3_json", '{"parameters": {"x": 1e999}, "name": "f"}'),
+    ("mistral", f'[TOOL_CALLS][{{"arguments": {_DEEP}, "name": "f"}}]'),
+    ("pythonic", "[f(a=" + "-" * 100_000 + "1)]"),
+    ("pythonic", "[f(a=" + "1+" * 100_000 + "1)]"),
+    ("pythonic", "[f(a=1e999)]"),
+]
+
+
+@pytest.mark.parametrize(("name", "text"), UNREADABLE_CALLS, ids=lambda v: v[:24])
+def test_unreadable_calls_stay_content(name: str, text: str) -> None:
+    content, calls = TOOL_CALL_PARSERS[name](make_id=_ids).parse(text)
+    assert (content, calls) == (text, [])
+    assert _stream_tools(name, _splits(text, [7, 500, 4000, 9000])) == (text, [])
+
+
+@pytest.mark.parametrize("function", [None, "f"])
+@pytest.mark.parametrize("text", [_DEEP, '{"a": NaN}', '{"x": 1e999}', f'{{"n": {_LONG_INT}}}'])
+def test_forced_output_that_is_no_readable_json_stays_content(function, text) -> None:
+    content, calls = ForcedToolParser(function, make_id=_ids).parse(text)
+    assert (content, calls) == (text, [])
 
 
 @pytest.mark.parametrize(("name", "k"), TOOL_PARAMS)

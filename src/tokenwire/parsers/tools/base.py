@@ -27,7 +27,29 @@ __all__ = [
     "merge_tool_deltas",
     "mistral_call_id",
     "random_call_id",
+    "strict_json",
 ]
+
+
+def _no_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not JSON")
+
+
+def _finite(text: str) -> float:
+    value = float(text)
+    if value in (float("inf"), float("-inf")):
+        raise ValueError(f"{text} is past a double's range")
+    return value
+
+
+def strict_json(text: str) -> Any:
+    """The JSON value of a model's text, or ``ValueError`` for anything that is no JSON a client
+    can read back: NaN, Infinity, a number past a double's range, an integer too long to
+    convert, nesting deeper than the parser takes."""
+    try:
+        return json.loads(text, parse_constant=_no_constant, parse_float=_finite)
+    except RecursionError:
+        raise ValueError("the JSON nests too deeply") from None
 
 
 @dataclass
@@ -338,8 +360,8 @@ class JsonCallStreamer:
         if self.name is not None:
             return None
         try:
-            obj = json.loads(self.text)
-        except json.JSONDecodeError:
+            obj = strict_json(self.text)
+        except ValueError:
             return None
         if not isinstance(obj, dict) or not isinstance(obj.get("name"), str):
             return None

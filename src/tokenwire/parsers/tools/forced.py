@@ -8,7 +8,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from tokenwire.parsers.tools.base import ToolCallParser, ToolDelta
+from tokenwire.parsers.tools.base import ToolCallParser, ToolDelta, strict_json
 
 __all__ = ["ForcedToolParser", "required_schema"]
 
@@ -48,8 +48,8 @@ class ForcedToolParser(ToolCallParser):
             return
         text, self._buf = self._buf, ""
         try:
-            value = json.loads(text)
-        except json.JSONDecodeError:
+            value = strict_json(text)
+        except ValueError:
             out.content += text
             return
         if self.function is not None:

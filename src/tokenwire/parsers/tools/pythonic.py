@@ -22,8 +22,8 @@ def _calls(source: str) -> list[tuple[str, str]] | None:
     """``(name, JSON arguments)`` of each call in a Python list literal, or None."""
     try:
         tree = ast.parse(source.strip(), mode="eval")
-    except (SyntaxError, ValueError):
-        return None
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
+        return None  # MemoryError: CPython's parser says so of a too deeply nested expression
     if not isinstance(tree.body, ast.List) or not tree.body.elts:
         return None
     out = []
@@ -36,11 +36,11 @@ def _calls(source: str) -> list[tuple[str, str]] | None:
                 return None
             try:
                 args[kw.arg] = ast.literal_eval(kw.value)
-            except (ValueError, SyntaxError, TypeError):
+            except (ValueError, SyntaxError, TypeError, RecursionError):
                 return None
-        try:
-            out.append((node.func.id, json.dumps(args, ensure_ascii=False)))
-        except (TypeError, ValueError):
+        try:  # arguments are JSON: no NaN nor Infinity (1e999 is a float literal)
+            out.append((node.func.id, json.dumps(args, ensure_ascii=False, allow_nan=False)))
+        except (TypeError, ValueError, RecursionError):
             return None
     return out
 
