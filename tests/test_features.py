@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from tokenwire.messages.errors import ValidationError
-from tokenwire.server.features import Features, output_spec, tool_names
+from tokenwire.server.features import Features, forced_schema, output_spec, tool_names
 from tokenwire.server.templates import (
     chat_template_for,
     detect_content_format,
@@ -82,3 +82,31 @@ def test_chat_templates(tmp_path) -> None:
     with pytest.raises(ValidationError) as exc:
         chat_template_for({"chat_template": "own"}, "tok", None, trust_request=False)
     assert exc.value.param == "chat_template"
+
+
+@pytest.mark.parametrize(
+    "params",
+    ["abc", 5, [], False, {"type": "bogus"}, {"properties": []}, {"pattern": "("}],
+)
+@pytest.mark.parametrize("choice", ["required", {"type": "function", "function": {"name": "g"}}])
+def test_a_forced_tools_parameters_are_checked_as_a_schema(params, choice) -> None:
+    """Under tool_choice required or named, a tool's parameters become the engine's grammar:
+    what is no JSON schema object is a 400 naming the tool (it went to the engine as written,
+    or, for false, as an object schema)."""
+    tools = [
+        {"type": "function", "function": {"name": "f"}},
+        {"type": "function", "function": {"name": "g", "parameters": params}},
+    ]
+    with pytest.raises(ValidationError) as exc:
+        forced_schema({"tools": tools, "tool_choice": choice})
+    assert exc.value.param == "tools[1].function.parameters"
+
+
+def test_a_forced_tools_parameters_nest_within_bounds() -> None:
+    deep: list = []
+    for _ in range(900):
+        deep = [deep]
+    tools = [{"type": "function", "function": {"name": "f", "parameters": {"enum": deep}}}]
+    with pytest.raises(ValidationError, match="nests deeper") as exc:
+        forced_schema({"tools": tools, "tool_choice": "required"})
+    assert exc.value.param == "tools[0].function.parameters"

@@ -19,6 +19,7 @@ from tokenwire.parsers import REASONING_PARSERS, TOOL_CALL_PARSERS, prompt_opens
 from tokenwire.parsers.output import OutputSpec
 from tokenwire.parsers.tools.forced import ForcedToolParser, required_schema
 from tokenwire.server.chat import check_tools
+from tokenwire.server.structured import check_schema
 from tokenwire.server.templates import CONTENT_FORMATS, load_chat_template
 
 __all__ = [
@@ -152,14 +153,29 @@ def forced_schema(body: Mapping[str, Any]) -> str | None:
     choice = body.get("tool_choice")
     tools = body.get("tools") or []
     if choice == "required":
+        for k in range(len(tools)):
+            _check_parameters(tools, k)
         schema = required_schema(tools)
     elif isinstance(choice, dict):
         name = choice["function"]["name"]
-        fn = next(t["function"] for t in tools if t["function"]["name"] == name)
-        schema = fn.get("parameters") or {"type": "object"}
+        k = next(k for k, t in enumerate(tools) if t["function"]["name"] == name)
+        _check_parameters(tools, k)
+        schema = tools[k]["function"].get("parameters") or {"type": "object"}
     else:
         return None
     return json.dumps(schema, ensure_ascii=False)
+
+
+def _check_parameters(tools: list[Any], k: int) -> None:
+    """A forced tool's ``parameters`` become the engine's grammar: a JSON schema object (or
+    absent), checked as ``response_format``'s schema is."""
+    params = tools[k]["function"].get("parameters")
+    if params is None:
+        return
+    where = f"tools[{k}].function.parameters"
+    if not isinstance(params, dict):
+        raise ValidationError(f"{where} must be a JSON schema object", param=where)
+    check_schema(params, where)
 
 
 def output_spec(

@@ -28,6 +28,7 @@ __all__ = [
     "MAX_REGEX_BYTES",
     "MAX_SCHEMA_BYTES",
     "check_grammar_params",
+    "check_schema",
     "structured_fields",
 ]
 
@@ -118,6 +119,13 @@ def _check_json_depth(value: Any, field: str) -> None:
         raise ValidationError(f"{field} nests deeper than {_MAX_JSON_DEPTH} levels", param=field)
 
 
+def check_schema(schema: Any, field: str) -> None:
+    """A JSON schema (decoded) an engine will constrain output to: its shape and its nesting
+    checked, ``ValidationError`` naming ``field`` otherwise."""
+    _check_json_depth(schema, field)
+    _check_schema(schema, field)
+
+
 def _schema_text(schema: Any, field: str) -> str:
     """A schema (an object, or its JSON text) checked, as JSON text."""
     if isinstance(schema, str):
@@ -127,8 +135,7 @@ def _schema_text(schema: Any, field: str) -> str:
             raise ValidationError(f"{field} is not valid JSON: {exc}", param=field) from None
         except RecursionError:
             raise ValidationError(f"{field} nests too deeply", param=field) from None
-    _check_json_depth(schema, field)
-    _check_schema(schema, field)
+    check_schema(schema, field)
     text = json.dumps(schema, ensure_ascii=False, separators=(",", ":"))
     _size(text, MAX_SCHEMA_BYTES, field)
     return text
