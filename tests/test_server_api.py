@@ -463,6 +463,14 @@ def test_deeply_nested_tool_call_arguments_are_a_400():
     assert info.value.param == "messages"
 
 
+@pytest.mark.parametrize("key", ["messages", "tools", "namespace", "raise_exception", "self"])
+def test_chat_template_kwargs_may_not_set_what_the_renderer_sets(key):
+    msgs = normalize_messages([{"role": "user", "content": "x"}])
+    with pytest.raises(ValidationError, match=f"may not set '{key}'") as info:
+        render_chat("{{ messages[0].content }}", msgs, bos_token="", eos_token="", extra={key: 1})
+    assert info.value.param == "chat_template_kwargs"
+
+
 def test_a_template_that_breaks_is_a_400_not_a_500():
     msgs = normalize_messages([{"role": "user", "content": "x"}])
     with pytest.raises(ValidationError, match="cannot render these messages") as info:

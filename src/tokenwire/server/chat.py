@@ -215,8 +215,9 @@ def render_chat(
             "this model's tokenizer has no chat template: use /v1/completions", param="messages"
         )
     compiled = _compile(template)
-    # The variables set here and the template's globals (``namespace``, ``strftime_now``...).
-    reserved = {"messages", "add_generation_prompt", "tools", "bos_token", "eos_token"}
+    # The variables set here, the template's globals (``namespace``, ``strftime_now``...) and
+    # ``render``'s own parameter.
+    reserved = {"messages", "add_generation_prompt", "tools", "bos_token", "eos_token", "self"}
     reserved |= compiled.environment.globals.keys()
     kwargs = dict(extra or {})
     clash = reserved & kwargs.keys()
