@@ -13,6 +13,7 @@ from tokenwire.engine.synthetic import SyntheticConfig, SyntheticEngine
 from tokenwire.messages.frames import EGRESS_TAG_ERROR, decode_batch_frame
 from tokenwire.server import api
 from tokenwire.server.chat import normalize_messages, render_chat
+from tokenwire.server.features import Features
 
 from conftest import real_tokenizer
 
@@ -589,6 +590,26 @@ def test_continue_final_message_leaves_the_last_message_open(tok):
             tok,
             "m",
         )
+
+
+@pytest.mark.parametrize("content", ["One, two,", [{"type": "text", "text": "One, two,"}]])
+def test_continue_final_message_with_a_template_that_loops_over_content(tok, content):
+    """A template that takes content as a list of parts (Gemma's) gets it so; the final message
+    still stays open (it was an AttributeError, a 500)."""
+    features = Features(
+        chat_template=(
+            "{% for m in messages %}<{{ m.role }}>{% for p in m.content %}{{ p.text }}"
+            "{% endfor %}</{{ m.role }}>{% endfor %}"
+        )
+    )
+    messages = [
+        {"role": "user", "content": "Count to three."},
+        {"role": "assistant", "content": content},
+    ]
+    body = {"messages": messages, "continue_final_message": True}
+    plan = api.parse_chat(body, tok, "m", features=features)
+    text = tok.decode(plan.prompts[0], skip_special_tokens=False)
+    assert text == "<user>Count to three.</user><assistant>One, two,"
 
 
 def test_reasoning_effort_reaches_the_template():

@@ -246,8 +246,11 @@ def render_chat(
     return text
 
 
-def _open_final_message(text: str, final: str) -> str:
-    """``text`` cut right after the last occurrence of the final message's content."""
+def _open_final_message(text: str, final: str | list[Any]) -> str:
+    """``text`` cut right after the last occurrence of the final message's content (a string,
+    or the text parts a template that loops over content gets)."""
+    if isinstance(final, list):
+        final = "\n".join(p["text"] for p in final if isinstance(p, dict) and "text" in p)
     for content in (final, final.strip()):
         if content and content in text:
             return text[: text.rindex(content) + len(content)]
