@@ -592,8 +592,16 @@ def test_continue_final_message_leaves_the_last_message_open(tok):
         )
 
 
-@pytest.mark.parametrize("content", ["One, two,", [{"type": "text", "text": "One, two,"}]])
-def test_continue_final_message_with_a_template_that_loops_over_content(tok, content):
+@pytest.mark.parametrize(
+    ("content", "opened"),
+    [
+        ("One, two,", "One, two,"),
+        ([{"type": "text", "text": "One, two,"}], "One, two,"),
+        # (text parts are joined with a newline, as vLLM does)
+        ([{"type": "text", "text": "One,"}, {"type": "text", "text": " two,"}], "One,\n two,"),
+    ],
+)
+def test_continue_final_message_with_a_template_that_loops_over_content(tok, content, opened):
     """A template that takes content as a list of parts (Gemma's) gets it so; the final message
     still stays open (it was an AttributeError, a 500)."""
     features = Features(
@@ -609,7 +617,7 @@ def test_continue_final_message_with_a_template_that_loops_over_content(tok, con
     body = {"messages": messages, "continue_final_message": True}
     plan = api.parse_chat(body, tok, "m", features=features)
     text = tok.decode(plan.prompts[0], skip_special_tokens=False)
-    assert text == "<user>Count to three.</user><assistant>One, two,"
+    assert text == "<user>Count to three.</user><assistant>" + opened
 
 
 def test_reasoning_effort_reaches_the_template():

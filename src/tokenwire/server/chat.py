@@ -248,9 +248,11 @@ def render_chat(
 
 def _open_final_message(text: str, final: str | list[Any]) -> str:
     """``text`` cut right after the last occurrence of the final message's content (a string,
-    or the text parts a template that loops over content gets)."""
+    or, for a template that loops over content parts, its last text part, as transformers
+    does)."""
     if isinstance(final, list):
-        final = "\n".join(p["text"] for p in final if isinstance(p, dict) and "text" in p)
+        texts = [p["text"] for p in final if isinstance(p, dict) and isinstance(p.get("text"), str)]
+        final = texts[-1] if texts else ""
     for content in (final, final.strip()):
         if content and content in text:
             return text[: text.rindex(content) + len(content)]
