@@ -1,8 +1,9 @@
 """Property-based fuzzing of every route's body: whatever a client sends, the answer is a 2xx or
 a 4xx in OpenAI's shape (never a 500, never a hang), nothing leaks, and /health is fine after.
 
-Bodies are drawn from two families: arbitrary JSON (and bytes), and objects made of each route's
-real field names with arbitrary values (most of the state space a parser can mishandle). The
+Bodies are drawn from three families: arbitrary JSON (and bytes), objects made of each route's
+real field names with arbitrary values (most of the state space a parser can mishandle), and a
+valid body with one or two fields changed (which reaches the checks behind the first field). The
 engine echoes the prompt, so every accepted request ends by itself. ``TOKENWIRE_PROPERTY_SCALE``
 scales the number of examples (CI runs a fast slice).
 """
@@ -48,14 +49,33 @@ json_any = st.recursive(
     max_leaves=12,
 )
 token_ids = st.lists(st.integers(min_value=-2, max_value=160_000), max_size=6)
+#: JSON text nested past what recursive parsers take (schemas, tool-call arguments as text).
+deep_text = st.sampled_from([200, 1500, 5000]).map(lambda d: "[" * d + "]" * d)
+tool_call = st.fixed_dictionaries(
+    {
+        "type": st.just("function"),
+        "function": st.fixed_dictionaries(
+            {"name": st.sampled_from(["f", "g"]), "arguments": deep_text | json_any}
+        ),
+    },
+    optional={"id": st.text(max_size=5)},
+)
 message = st.fixed_dictionaries(
     {"role": st.sampled_from(["user", "assistant", "system", "tool", "x"])},
     optional={
         "content": st.text(max_size=20) | json_any,
-        "tool_calls": json_any,
+        "tool_calls": st.lists(tool_call, max_size=2) | json_any,
         "name": json_any,
         "reasoning_content": json_any,
     },
+)
+tool = st.fixed_dictionaries(
+    {
+        "type": st.just("function"),
+        "function": st.fixed_dictionaries(
+            {"name": st.sampled_from(["f", "g"])}, optional={"parameters": deep_text | json_any}
+        ),
+    }
 )
 # Values that look right for the fields that matter most, mixed with arbitrary ones.
 FIELD_VALUES = {
@@ -70,8 +90,35 @@ FIELD_VALUES = {
     "stream": st.booleans(),
     "stop": st.text(max_size=5) | st.lists(st.text(max_size=5), max_size=3),
     "sampling_params": st.dictionaries(
-        st.sampled_from(sorted(_INPUT_FIELDS)), json_any, max_size=4
+        st.sampled_from(sorted(_INPUT_FIELDS)), json_any | deep_text, max_size=4
     ),
+    "tools": st.lists(tool, max_size=2),
+    "tool_choice": st.sampled_from(
+        ["auto", "none", "required", {"type": "function", "function": {"name": "f"}}]
+    ),
+    "guided_json": deep_text | json_any,
+    "response_format": st.fixed_dictionaries(
+        {
+            "type": st.just("json_schema"),
+            "json_schema": st.fixed_dictionaries(
+                {"name": st.just("x"), "schema": deep_text | json_any}
+            ),
+        }
+    ),
+    "chat_template_kwargs": st.dictionaries(
+        st.sampled_from(["self", "messages", "enable_thinking", "x"]), json_any, max_size=2
+    ),
+}
+
+
+#: A valid body per route, for bodies that change one or two of its fields (most arbitrary
+#: bodies are refused at their first bad field, before the deeper checks).
+VALID = {
+    "/v1/completions": {"prompt": "hi", "max_tokens": 3},
+    "/v1/chat/completions": {"messages": [{"role": "user", "content": "hi"}], "max_tokens": 3},
+    "/generate": {"text": "hi", "sampling_params": {"max_new_tokens": 3}},
+    "/tokenize": {"prompt": "hi"},
+    "/detokenize": {"tokens": [1, 2]},
 }
 
 
@@ -81,8 +128,12 @@ def bodies(path: str):
     shaped = st.lists(st.sampled_from(fields), max_size=6, unique=True).flatmap(
         lambda keys: st.fixed_dictionaries({k: value(k) for k in keys})
     )
+    near_valid = st.lists(st.sampled_from(fields), min_size=1, max_size=2, unique=True).flatmap(
+        lambda keys: st.fixed_dictionaries({k: value(k) for k in keys})
+    )
     return st.one_of(
         shaped.map(lambda b: json.dumps(b).encode()),
+        near_valid.map(lambda b: json.dumps(VALID[path] | b).encode()),
         json_any.map(lambda b: json.dumps(b).encode()),
         st.binary(max_size=40),
     )
@@ -119,7 +170,7 @@ def served():
 @pytest.mark.parametrize("path", sorted(ROUTES))
 def test_fuzzed_bodies_never_500_never_hang(served, path):
     @settings(
-        max_examples=examples(60),
+        max_examples=examples(200),
         deadline=None,
         suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
     )
