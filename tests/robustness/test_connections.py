@@ -90,3 +90,21 @@ def test_connection_cap_answers_503_and_health_still_answers():
             sock.close()
         assert wait_until(lambda: len(s.server.server_state.connections) == 0)
         assert httpx.get(s.url + "/v1/models").status_code == 200
+
+
+def test_a_websocket_upgrade_is_served_as_http_and_keeps_no_place():
+    # tokenwire serves no WebSocket: an upgrade request is plain HTTP (not a 500 from an app that
+    # never accepts it), and its connection gives its place back when it closes.
+    limits = ConnectionLimits(max_connections=2, idle_timeout=None, header_timeout=None)
+    with serve(SyntheticConfig(), limits) as s:
+        for _ in range(4):
+            sock = _connect(s.port)
+            sock.sendall(
+                b"GET /v1/models HTTP/1.1\r\nHost: x\r\nUpgrade: websocket\r\n"
+                b"Connection: Upgrade\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n"
+                b"Sec-WebSocket-Version: 13\r\n\r\n"
+            )
+            assert sock.recv(65536).startswith(b"HTTP/1.1 200")
+            sock.close()
+        assert wait_until(lambda: len(s.server.server_state.connections) == 0)
+        assert httpx.get(s.url + "/v1/models").status_code == 200

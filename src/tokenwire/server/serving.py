@@ -224,6 +224,10 @@ class TokenwireServer(uvicorn.Server):
 def uvicorn_config(app: Any, limits: ConnectionLimits, **kwargs: Any) -> uvicorn.Config:
     """A uvicorn config for ``app`` with tokenwire's connection protocol and timeouts."""
     kwargs.setdefault("timeout_graceful_shutdown", 3)
+    # No WebSocket routes: an upgrade request is served as plain HTTP. (uvicorn's WebSocket
+    # protocol would take the connection over, out of the connection limits, keeping its place
+    # forever, and answer 500 since the app never accepts it.)
+    kwargs.setdefault("ws", "none")
     if limits.idle_timeout is not None:
         kwargs.setdefault("timeout_keep_alive", limits.idle_timeout)
     return uvicorn.Config(app, http=connection_protocol(limits), **kwargs)
