@@ -410,6 +410,33 @@ def test_x_request_id_header_names_the_request(echo):
     assert r.status_code == 400 and error_of(r)["param"] == "x-request-id"
 
 
+def test_a_request_id_that_names_a_live_rid_gets_engine_ids_of_its_own():
+    """Engine ids made from a client's request id (``{id}-{n}``) skip ids in flight: a
+    /generate ``rid`` may already hold one (it was a 500, ``already registered``)."""
+    with serve(SyntheticConfig(output="random", step_time=0.01)) as s:
+        body = {
+            "text": ["x"] * 4,
+            "rid": [f"foo-{k}" for k in range(4)],
+            "sampling_params": {"max_new_tokens": 30000},
+        }
+        held = threading.Thread(
+            target=lambda: httpx.post(s.url + "/generate", json=body, timeout=30)
+        )
+        held.start()
+        wait_until(lambda: len(s.runtime.shard) == 4)
+        completion = {"model": MODEL, "prompt": "x", "max_tokens": 2, "n": 2}
+        r = httpx.post(s.url + "/v1/completions", json=completion, headers={"x-request-id": "foo"})
+        assert r.status_code == 200 and r.json()["id"] == "cmpl-foo"
+        assert len(r.json()["choices"]) == 2
+        assert len(s.runtime.shard) == 4  # the held ones go on
+        assert httpx.post(s.url + "/abort_request", json={"abort_all": True}).json() == {
+            "aborted": 4
+        }
+        held.join(10)
+        wait_until(lambda: s.engine.running == 0)
+        assert s.engine.running == 0 and len(s.runtime.shard) == 0
+
+
 def test_models_health_metrics(echo):
     models = httpx.get(echo.url + "/v1/models").json()
     assert models["data"][0]["id"] == MODEL

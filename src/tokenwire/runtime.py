@@ -263,7 +263,10 @@ class Runtime:
                         if rid in self.shard:
                             raise ValidationError(f"rid {rid!r} is already in use", param="rid")
                     else:
+                        # (plan.id may be the client's: skip ids a /generate rid holds)
                         rid = f"{plan.id}-{next(self._ids)}"
+                        while rid in self.shard:
+                            rid = f"{plan.id}-{next(self._ids)}"
                     params = plan.params
                     if plan.n > 1 and params.sampling_seed is not None:
                         # n samples from one seed: each choice its own, reproducible, stream.
