@@ -108,3 +108,29 @@ def test_a_websocket_upgrade_is_served_as_http_and_keeps_no_place():
             sock.close()
         assert wait_until(lambda: len(s.server.server_state.connections) == 0)
         assert httpx.get(s.url + "/v1/models").status_code == 200
+
+
+def test_a_malformed_request_is_a_json_400_and_never_lands_inside_another_response():
+    with serve(SyntheticConfig(output="random", step_time=0.005)) as s:
+        sock = _connect(s.port)
+        sock.sendall(
+            b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n"
+        )
+        head, body = _read_all(sock).split(b"\r\n\r\n", 1)
+        assert head.startswith(b"HTTP/1.1 400") and b"application/json" in head
+        assert msgspec.json.decode(body)["error"]["code"] == 400
+        sock.close()
+        # Garbage pipelined behind a stream: the stream's response is not interleaved with a
+        # second status line; the connection goes, and the stream's engine request with it.
+        body = msgspec.json.encode({"prompt": "x", "max_tokens": 3000, "stream": True})
+        sock = _connect(s.port)
+        sock.sendall(
+            b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+            b"Content-Length: %d\r\n\r\n" % len(body) + body
+        )
+        assert sock.recv(65536).startswith(b"HTTP/1.1 200")
+        sock.sendall(b"garbage\r\n\r\n")
+        assert b"HTTP/1.1 400" not in _read_all(sock)
+        sock.close()
+        assert wait_until(lambda: len(s.runtime.shard) == 0)
+        assert httpx.get(s.url + "/health").status_code == 200

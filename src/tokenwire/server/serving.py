@@ -32,7 +32,7 @@ from typing import Any
 import uvicorn
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
-from tokenwire.messages.errors import QueueFullError, RequestTimeoutError
+from tokenwire.messages.errors import QueueFullError, RequestTimeoutError, ValidationError
 from tokenwire.server import api
 
 __all__ = ["ConnectionLimits", "TokenwireServer", "connection_protocol", "raise_open_files_limit"]
@@ -159,6 +159,22 @@ class _LimitedProtocol(HttpToolsProtocol):
 
     def on_response_complete(self) -> None:
         super().on_response_complete()  # arms uvicorn's keep-alive (idle) timeout
+
+    def send_400_response(self, msg: str) -> None:
+        """A request that is not valid HTTP: a 400 in OpenAI's shape, and the connection closes.
+        When the bad bytes follow a complete request whose response is still due, no answer
+        can go in order: the connection just closes (which ends that request everywhere)."""
+        cycle = self.cycle
+        if self.pipeline or (
+            cycle is not None
+            and not cycle.response_complete
+            and (cycle.response_started or not cycle.more_body)
+        ):
+            self.transport.close()
+            return
+        err = ValidationError("the request is not valid HTTP/1.1", param=None)
+        self.transport.write(_raw_response(400, "Bad Request", err))
+        self.transport.close()
 
     def _idle_expired(self) -> None:
         self._timer = None
