@@ -134,3 +134,21 @@ def test_a_malformed_request_is_a_json_400_and_never_lands_inside_another_respon
         sock.close()
         assert wait_until(lambda: len(s.runtime.shard) == 0)
         assert httpx.get(s.url + "/health").status_code == 200
+
+
+def test_a_client_gone_with_a_request_pipelined_ends_the_request_being_answered():
+    with serve(SyntheticConfig(output="random", step_time=0.005)) as s:
+        for stream in (False, True):
+            body = msgspec.json.encode({"prompt": "x", "max_tokens": 30000, "stream": stream})
+            sock = _connect(s.port)
+            sock.sendall(
+                b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                b"Content-Length: %d\r\n\r\n"
+                % len(body)
+                + body
+                + b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n"
+            )
+            assert wait_until(lambda: s.engine.running == 1)
+            sock.close()
+            assert wait_until(lambda: s.engine.running == 0 and len(s.runtime.shard) == 0, 5)
+        assert httpx.get(s.url + "/health").status_code == 200

@@ -90,6 +90,8 @@ class _LimitedProtocol(HttpToolsProtocol):
         self._awaiting_headers = False
         self._refused = False  # answered 503 over capacity: the rest of the request is ignored
         self._admitted = False  # holds one of the max_connections places
+        # The request being answered: with pipelining, ``self.cycle`` is the newest one queued.
+        self._active: Any = None
 
     def _arm(self, seconds: float | None, callback: Any) -> None:
         self._disarm()
@@ -123,8 +125,22 @@ class _LimitedProtocol(HttpToolsProtocol):
         self._admitted = True
         return True
 
+    def _start_asgi_task(self, cycle: Any, app: Any) -> None:
+        self._active = cycle
+        super()._start_asgi_task(cycle, app)
+
+    def _end_requests(self) -> None:
+        """Tell the requests in flight that their client is gone. (uvicorn's connection_lost
+        tells only the newest, which with pipelining is one still queued: the one being
+        answered never heard of it, its engine request left running for nobody.)"""
+        for cycle in (self._active, self.cycle):
+            if cycle is not None and not cycle.response_complete:
+                cycle.disconnected = True
+                cycle.message_event.set()
+
     def connection_lost(self, exc: Exception | None) -> None:
         self._disarm()
+        self._end_requests()
         if self._admitted:
             self._admitted = False
             self.server_state.tokenwire_admitted -= 1  # type: ignore[attr-defined]
@@ -170,6 +186,8 @@ class _LimitedProtocol(HttpToolsProtocol):
             and not cycle.response_complete
             and (cycle.response_started or not cycle.more_body)
         ):
+            # At once: a write between the close and connection_lost would fail.
+            self._end_requests()
             self.transport.close()
             return
         err = ValidationError("the request is not valid HTTP/1.1", param=None)
