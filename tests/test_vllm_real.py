@@ -12,9 +12,11 @@ tokenizer's vocabulary, which tokenwire refuses to decode.
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
@@ -418,3 +420,13 @@ def test_vllm_serve_runs_tokenwire_as_its_frontend():
         models = srv.client.models.list()
         assert [m.id for m in models.data] == [NAME]
         assert "tokenwire" in httpx.get(srv.url + "/metrics").text
+        # tokenwire's connection protocol serves here too: no WebSocket takeover, JSON 400s.
+        upgrade = {"Upgrade": "websocket", "Connection": "Upgrade", "Sec-WebSocket-Version": "13"}
+        assert httpx.get(srv.url + "/v1/models", headers=upgrade).status_code == 200
+        with socket.create_connection(("127.0.0.1", port), timeout=10) as sock:
+            sock.sendall(b"NOT HTTP AT ALL\r\n\r\n")
+            reply = b""
+            while chunk := sock.recv(65536):
+                reply += chunk
+        head, _, body = reply.partition(b"\r\n\r\n")
+        assert head.startswith(b"HTTP/1.1 400") and json.loads(body)["error"]["code"] == 400

@@ -78,6 +78,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     from tokenwire.engine.vllm import VllmEngine, VllmEngineConfig
     from tokenwire.server import ServerConfig, create_app
+    from tokenwire.server.serving import ConnectionLimits, raise_open_files_limit, uvicorn_config
     from tokenwire.tokenizer import Tokenizer
 
     tok = Tokenizer.from_pretrained(settings["tokenizer"])
@@ -102,11 +103,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         args.engine_start_index + args.engine_count - 1,
         listener.getsockname(),
     )
+    # tokenwire's connection protocol, as `tokenwire serve` runs it (connection cap, header
+    # timeout, JSON 400s for bad HTTP, no WebSocket), with vLLM's keep-alive as the idle timeout.
+    limits = ConnectionLimits(idle_timeout=float(settings["keep_alive"]))
+    if limits.hard_cap is not None:
+        raise_open_files_limit(limits.hard_cap + 1024)
     server = uvicorn.Server(
-        uvicorn.Config(
+        uvicorn_config(
             app,
+            limits,
             log_level=settings["log_level"],
-            timeout_keep_alive=int(settings["keep_alive"]),
             timeout_graceful_shutdown=5,
             access_log=False,
         )
