@@ -390,7 +390,7 @@ def _serve(args: argparse.Namespace) -> int:
     from tokenwire.server import ServerConfig, create_app
     from tokenwire.server.api import RequestLimits
     from tokenwire.server.security import SecurityConfig
-    from tokenwire.server.serving import ConnectionLimits, raise_open_files_limit, uvicorn_config
+    from tokenwire.server.serving import ConnectionLimits, uvicorn_config
     from tokenwire.tokenizer import DEFAULT_TOKENIZER_NAME, Tokenizer
 
     logging.basicConfig(level=args.log_level.upper(), format="%(levelname)s %(name)s: %(message)s")
@@ -443,8 +443,6 @@ def _serve(args: argparse.Namespace) -> int:
         header_timeout=args.header_timeout or None,
         idle_timeout=args.idle_timeout or None,
     )
-    if limits.hard_cap is not None:
-        raise_open_files_limit(limits.hard_cap + 1024)
     where: dict[str, Any] = {"host": args.host, "port": args.port}
     if args.worker_fds:  # a worker of --api-server-count: the supervisor's socket
         where = {"fd": int(args.worker_fds.split(",")[0])}

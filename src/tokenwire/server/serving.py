@@ -256,7 +256,10 @@ class TokenwireServer(uvicorn.Server):
 
 
 def uvicorn_config(app: Any, limits: ConnectionLimits, **kwargs: Any) -> uvicorn.Config:
-    """A uvicorn config for ``app`` with tokenwire's connection protocol and timeouts."""
+    """A uvicorn config for ``app`` with tokenwire's connection protocol and timeouts (the
+    open-files limit raised to fit ``limits.hard_cap`` connections and what else is open)."""
+    if limits.hard_cap is not None:
+        raise_open_files_limit(limits.hard_cap + 1024)
     kwargs.setdefault("timeout_graceful_shutdown", 3)
     # No WebSocket routes: an upgrade request is served as plain HTTP. (uvicorn's WebSocket
     # protocol would take the connection over, out of the connection limits, keeping its place

@@ -78,7 +78,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     from tokenwire.engine.vllm import VllmEngine, VllmEngineConfig
     from tokenwire.server import ServerConfig, create_app
-    from tokenwire.server.serving import ConnectionLimits, raise_open_files_limit, uvicorn_config
+    from tokenwire.server.serving import ConnectionLimits, uvicorn_config
     from tokenwire.tokenizer import Tokenizer
 
     tok = Tokenizer.from_pretrained(settings["tokenizer"])
@@ -106,8 +106,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     # tokenwire's connection protocol, as `tokenwire serve` runs it (connection cap, header
     # timeout, JSON 400s for bad HTTP, no WebSocket), with vLLM's keep-alive as the idle timeout.
     limits = ConnectionLimits(idle_timeout=float(settings["keep_alive"]))
-    if limits.hard_cap is not None:
-        raise_open_files_limit(limits.hard_cap + 1024)
     server = uvicorn.Server(
         uvicorn_config(
             app,
