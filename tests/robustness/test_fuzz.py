@@ -125,12 +125,13 @@ VALID = {
 def bodies(path: str):
     fields = ROUTES[path]
     value = lambda key: FIELD_VALUES.get(key, st.nothing()) | json_any  # noqa: E731
-    shaped = st.lists(st.sampled_from(fields), max_size=6, unique=True).flatmap(
-        lambda keys: st.fixed_dictionaries({k: value(k) for k in keys})
-    )
-    near_valid = st.lists(st.sampled_from(fields), min_size=1, max_size=2, unique=True).flatmap(
-        lambda keys: st.fixed_dictionaries({k: value(k) for k in keys})
-    )
+
+    def some_fields(least: int, most: int):
+        keys = st.lists(st.sampled_from(fields), min_size=least, max_size=most, unique=True)
+        return keys.flatmap(lambda ks: st.fixed_dictionaries({k: value(k) for k in ks}))
+
+    shaped = some_fields(0, 6)
+    near_valid = some_fields(1, 2)
     return st.one_of(
         shaped.map(lambda b: json.dumps(b).encode()),
         near_valid.map(lambda b: json.dumps(VALID[path] | b).encode()),
