@@ -207,3 +207,94 @@ def test_step_chunks_are_read_at_each_sinks_row():
     (got_b,) = b.drain()
     assert type(got_b) is Done
     assert (got_b.text, got_b.token_ids, got_b.completion_tokens) == ("yz!", [8, 9], 6)
+
+
+# ---- a consumer that is called (attach) -------------------------------------------------------
+
+
+async def _turns(n: int = 3) -> None:
+    for _ in range(n):
+        await asyncio.sleep(0)
+
+
+async def test_an_attached_callback_is_called_on_the_loop_once_per_batch_of_items():
+    sink = EgressSink(capacity=8)
+    calls = []
+    sink.attach(lambda: calls.append(sink.drain()))
+    sink.try_send(Frame.of(chunk("a", [1], 1)))
+    sink.try_send(Frame.of(chunk("b", [2], 2)))
+    assert calls == []  # never from the producer's call
+    await _turns()
+    assert [[i.text for i in batch] for batch in calls] == [["a", "b"]]
+    sink.try_send(Frame.of(chunk("c", [3], 3)))
+    await _turns()
+    assert [[i.text for i in batch] for batch in calls] == [["a", "b"], ["c"]]
+
+
+async def test_several_sinks_are_called_in_one_loop_callback():
+    sinks = [EgressSink() for _ in range(3)]
+    order = []
+    for k, sink in enumerate(sinks):
+        sink.attach(lambda k=k: order.append((k, asyncio.current_task())))
+    for sink in sinks:
+        sink.try_send(Frame.of(chunk("a", [1], 1)))
+    await _turns()
+    assert [k for k, _ in order] == [0, 1, 2]
+    assert {task for _, task in order} == {None}  # plain loop callbacks, not tasks
+
+
+async def test_a_held_sink_queues_without_calling_and_release_tells_what_waits():
+    sink = EgressSink(capacity=8)
+    calls = []
+    sink.attach(lambda: calls.append(True))
+    sink.hold()
+    sink.try_send(Frame.of(chunk("a", [1], 1)))
+    await _turns()
+    assert calls == [] and len(sink) == 1
+    assert sink.release() is True  # an item waits: no call will tell of it
+    sink.drain()
+    assert sink.release() is False
+    sink.try_send(Frame.of(chunk("b", [2], 2)))
+    await _turns()
+    assert calls == [True]
+
+
+async def test_close_calls_an_attached_callback_and_release_reports_a_closed_sink():
+    sink = EgressSink()
+    calls = []
+    sink.attach(lambda: calls.append(sink.closed))
+    sink.close()
+    await _turns()
+    assert calls == [True]
+    held = EgressSink()
+    held.attach(lambda: calls.append("held"))
+    held.hold()
+    held.close()
+    await _turns()
+    assert calls == [True]  # held: not called ...
+    assert held.release() is True  # ... but release says so
+
+
+async def test_detach_ends_the_calls():
+    sink = EgressSink()
+    calls = []
+    sink.attach(lambda: calls.append(True))
+    sink.try_send(Frame.of(chunk("a", [1], 1)))
+    sink.detach()  # before the loop got to the call that was due: it does not come either
+    await _turns()
+    sink.try_send(Frame.of(chunk("b", [2], 2)))
+    await _turns()
+    assert calls == []
+    assert len(sink) == 2
+
+
+async def test_an_attached_consumer_is_idle_while_items_wait_or_it_holds():
+    sink = EgressSink(capacity=8)
+    sink.attach(lambda: None)
+    t0 = sink._taken_at
+    assert sink.idle_for(t0 + 100) == 0  # armed, nothing waiting: it waits
+    sink.try_send(Frame.of(chunk("a", [1], 1)))
+    assert sink.idle_for(t0 + 100) == pytest.approx(100)  # items wait untaken
+    sink.drain()
+    sink.hold()
+    assert sink.idle_for(sink._taken_at + 7) == pytest.approx(7)  # held: not waiting

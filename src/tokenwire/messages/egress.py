@@ -9,9 +9,10 @@ once, when the consumer takes the item), so a slow client costs bounded memory a
 ``StepChunks`` (a decode step's chunks for many requests, in columns) in many sinks; each sink
 turns it into its own ``Frame`` when its consumer takes it, so consumers only ever see
 ``Frame``, ``Done``, ``Control`` and ``Error``. The
-consumer side is awaitable; producer and consumer may run on different threads (the queue is a
-``deque``, whose appends and pops are atomic, and wake-ups are handed to the consumer's event loop
-in one batch per loop iteration).
+consumer side is awaitable, or a callback (``attach``) that the consumer's event loop calls when
+items arrive; producer and consumer may run on different threads (the queue is a ``deque``, whose
+appends and pops are atomic, and wake-ups are handed to the consumer's event loop in one batch
+per loop iteration).
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ import enum
 import threading
 import time
 from collections import deque
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import msgspec
@@ -184,9 +185,36 @@ class _Notifier:
     def _run(self) -> None:
         self._scheduled = False
         pending, self._pending = self._pending, []
+        calls = []
         for fut in pending:
-            if not fut.done():
+            if type(fut) is _Callback:
+                if not fut.queued:  # once, however many items came
+                    fut.queued = True
+                    calls.append(fut)
+            elif not fut.done():
                 fut.set_result(None)
+        if calls:
+            # One loop iteration later, when a task woken here would run.
+            self.loop.call_soon(_call_each, calls)
+
+
+def _call_each(calls: list[_Callback]) -> None:
+    for call in calls:
+        call.queued = False
+        fn = call.fn
+        if fn is not None:  # (None: detached meanwhile)
+            fn()
+
+
+class _Callback:
+    """A consumer that is called when items arrive (``EgressSink.attach``), where a task would
+    wait for them: it stands in the sink's waiter slot, and ``_Notifier`` calls it."""
+
+    __slots__ = ("fn", "queued")
+
+    def __init__(self, fn: Callable[[], None]) -> None:
+        self.fn: Callable[[], None] | None = fn
+        self.queued = False  # a call is due
 
 
 _notifiers: dict[asyncio.AbstractEventLoop, _Notifier] = {}
@@ -251,6 +279,7 @@ class EgressSink:
     """A bounded, non-blocking channel of ``EgressItem``s for one request."""
 
     __slots__ = (
+        "_callback",
         "_closed",
         "_dq",
         "_ended",
@@ -268,7 +297,8 @@ class EgressSink:
         self.capacity = capacity
         self._dq: deque[Any] = deque()
         self._closed = False
-        self._waiter: asyncio.Future[None] | None = None
+        self._waiter: asyncio.Future[None] | _Callback | None = None
+        self._callback: _Callback | None = None  # the consumer's, when it is one (``attach``)
         self._notifier: _Notifier | None = None
         self._ended = False
         self._taken_at = time.monotonic()
@@ -334,7 +364,8 @@ class EgressSink:
     def idle_for(self, now: float) -> float:
         """Seconds (of ``time.monotonic``) since the consumer last took an item; 0 while it is
         waiting for one."""
-        if self._waiter is not None:
+        waiter = self._waiter
+        if waiter is not None and (type(waiter) is not _Callback or not self._dq):
             return 0.0
         return now - self._taken_at
 
@@ -370,6 +401,35 @@ class EgressSink:
         waiter = self._waiter
         if waiter is not None and self._notifier is not None:
             self._notifier.notify(waiter)
+
+    def attach(self, callback: Callable[[], None]) -> None:
+        """Have ``callback`` called on the running event loop after items arrive and when the
+        sink closes (with the other sinks' wake-ups, in one loop callback), instead of a task
+        waiting in ``take``; it takes the items with ``drain``. Items that wait already are the
+        caller's to take. ``hold`` and ``release`` pause the calls, ``detach`` ends them."""
+        if self._notifier is None:
+            self._notifier = _notifier_for(asyncio.get_running_loop())
+        self._callback = self._waiter = _Callback(callback)
+
+    def hold(self) -> None:
+        """Stop calling the attached callback until ``release`` (items still queue)."""
+        if self._waiter is self._callback:
+            self._waiter = None
+
+    def release(self) -> bool:
+        """Call the attached callback again when items arrive; returns whether some wait already
+        or the sink is closed (which no call will tell of)."""
+        self._waiter = self._callback
+        return bool(self._dq) or self._closed
+
+    def detach(self) -> None:
+        """Stop calling the callback given to ``attach`` (a call already due included)."""
+        callback = self._callback
+        if callback is not None:
+            callback.fn = None
+            if self._waiter is callback:
+                self._waiter = None
+            self._callback = None
 
     def get_nowait(self) -> Any:
         """The next item; ``IndexError`` when none is waiting."""
