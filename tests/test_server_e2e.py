@@ -1,5 +1,7 @@
 """End to end: the real server on a loopback port, driven by the official ``openai`` client and by
-raw HTTP (SSE framing, error shapes, /generate, disconnects)."""
+raw HTTP (SSE framing, error shapes, /generate, disconnects). Every test runs under plain uvicorn
+(streams go through ASGI ``send`` from a task each) and under tokenwire's connection protocol
+(one-choice streams are written from their sinks' wake-ups: ``DirectStream``)."""
 
 from __future__ import annotations
 
@@ -16,16 +18,22 @@ import pytest
 
 from tokenwire.engine.synthetic import SyntheticConfig, SyntheticEngine
 from tokenwire.server import ServerConfig, create_app
+from tokenwire.server.direct_stream import DirectStream
+from tokenwire.server.serving import ConnectionLimits, TokenwireServer, uvicorn_config
 
 from conftest import real_tokenizer
-from served import run_app
+from served import run_app, running
+
+#: Plain uvicorn, and uvicorn with tokenwire's connection protocol (as ``tokenwire serve``).
+SERVERS = ("uvicorn", "tokenwire")
 
 MODEL = "test-model"
 
 
 class Served:
-    def __init__(self, url: str, engine: SyntheticEngine, app, tok) -> None:
+    def __init__(self, url: str, engine: SyntheticEngine, app, tok, server: str) -> None:
         self.url = url
+        self.server = server  # one of SERVERS
         self.engine = engine
         self.app = app
         self.tok = tok
@@ -37,12 +45,24 @@ class Served:
 
 
 @contextlib.contextmanager
-def serve(config: SyntheticConfig, **server_kw) -> Iterator[Served]:
+def serve(config: SyntheticConfig, server: str = "tokenwire", **server_kw) -> Iterator[Served]:
+    """Serve the default tokenizer over a synthetic engine under ``server`` (one of
+    ``SERVERS``) until the block ends."""
     tok = real_tokenizer("default")
     engine = SyntheticEngine(tok, config)
     app = create_app(tok, engine, ServerConfig(model_name=MODEL, **server_kw))
-    with run_app(app) as url:
-        yield Served(url, engine, app, tok)
+    if server == "uvicorn":
+        with run_app(app) as url:
+            yield Served(url, engine, app, tok, server)
+        return
+    uv = uvicorn_config(app, ConnectionLimits(), log_level="warning", lifespan="on")
+    with running(TokenwireServer(uv, app, shutdown_timeout=2)) as (port, _):
+        yield Served(f"http://127.0.0.1:{port}", engine, app, tok, server)
+
+
+@pytest.fixture(params=SERVERS)
+def server(request):
+    return request.param
 
 
 def wait_until(done, timeout: float = 10) -> None:
@@ -59,15 +79,15 @@ def stream_completion(url: str, prompt: str, max_tokens: int) -> str:
         return resp.read().decode()
 
 
-@pytest.fixture(scope="module")
-def echo():
-    with serve(SyntheticConfig(output="echo", step_time=0.0)) as s:
+@pytest.fixture(scope="module", params=SERVERS)
+def echo(request):
+    with serve(SyntheticConfig(output="echo", step_time=0.0), request.param) as s:
         yield s
 
 
-@pytest.fixture(scope="module")
-def rand():
-    with serve(SyntheticConfig(output="random", step_time=0.0)) as s:
+@pytest.fixture(scope="module", params=SERVERS)
+def rand(request):
+    with serve(SyntheticConfig(output="random", step_time=0.0), request.param) as s:
         yield s
 
 
@@ -410,10 +430,10 @@ def test_x_request_id_header_names_the_request(echo):
     assert r.status_code == 400 and error_of(r)["param"] == "x-request-id"
 
 
-def test_a_request_id_that_names_a_live_rid_gets_engine_ids_of_its_own():
+def test_a_request_id_that_names_a_live_rid_gets_engine_ids_of_its_own(server):
     """Engine ids made from a client's request id (``{id}-{n}``) skip ids in flight: a
     /generate ``rid`` may already hold one (it was a 500, ``already registered``)."""
-    with serve(SyntheticConfig(output="random", step_time=0.01)) as s:
+    with serve(SyntheticConfig(output="random", step_time=0.01), server) as s:
         body = {
             "text": ["x"] * 4,
             "rid": [f"foo-{k}" for k in range(4)],
@@ -458,8 +478,8 @@ def test_models_health_metrics(echo):
         assert name in text, name
 
 
-def test_mid_stream_failure_only_hits_that_request():
-    with serve(SyntheticConfig(output="echo", step_time=0.02)) as s:
+def test_mid_stream_failure_only_hits_that_request(server):
+    with serve(SyntheticConfig(output="echo", step_time=0.02), server) as s:
         results = {}
 
         def run(name):
@@ -484,8 +504,10 @@ def test_mid_stream_failure_only_hits_that_request():
         assert "".join(b["choices"][0]["text"] for b in body) == echo_text(s.tok, PROMPT, 20)
 
 
-def test_overload_429_and_engine_gone_503():
-    with serve(SyntheticConfig(output="echo", step_time=0.05), max_concurrent_requests=2) as s:
+def test_overload_429_and_engine_gone_503(server):
+    with serve(
+        SyntheticConfig(output="echo", step_time=0.05), server, max_concurrent_requests=2
+    ) as s:
         threads = [
             threading.Thread(
                 target=lambda: httpx.post(
@@ -523,8 +545,8 @@ def test_overload_429_and_engine_gone_503():
         assert resp.status_code == 503 and error_of(resp)["type"] == "service_unavailable"
 
 
-def test_disconnects_abort_and_leak_nothing():
-    with serve(SyntheticConfig(output="echo", step_time=0.01)) as s:
+def test_disconnects_abort_and_leak_nothing(server):
+    with serve(SyntheticConfig(output="echo", step_time=0.01), server) as s:
         n = 40
         long_prompt = PROMPT * 20  # echo takes hundreds of steps: no request ends by itself
         for k in range(n):
@@ -549,8 +571,8 @@ def test_disconnects_abort_and_leak_nothing():
         assert s.engine.stats["finished"] == 0
 
 
-def test_silent_engine_death_fails_requests_in_flight():
-    with serve(SyntheticConfig(output="echo", step_time=0.05)) as s:
+def test_silent_engine_death_fails_requests_in_flight(server):
+    with serve(SyntheticConfig(output="echo", step_time=0.05), server) as s:
         result = {}
 
         def run():
@@ -569,3 +591,28 @@ def test_silent_engine_death_fails_requests_in_flight():
         assert resp.status_code == 503
         assert "engine is not running" in error_of(resp)["message"]
         assert len(s.runtime.shard) == 0
+
+
+def test_one_choice_streams_are_written_from_their_sinks_under_tokenwires_protocol(
+    echo, monkeypatch
+):
+    """Under tokenwire's connection protocol a one-choice stream is a ``DirectStream``; under
+    plain uvicorn (no body writer) and with several choices it is the task loop. The bytes are
+    the same either way (the other tests here run under both)."""
+    used = []
+    real = DirectStream.wait
+
+    async def counted(self):
+        used.append(True)
+        await real(self)
+
+    monkeypatch.setattr(DirectStream, "wait", counted)
+    one = stream_completion(echo.url, PROMPT, 12)
+    assert one.endswith("data: [DONE]\n\n")
+    direct = bool(used)
+    body = {"model": MODEL, "prompt": PROMPT, "max_tokens": 5, "n": 2, "stream": True}
+    used.clear()
+    with httpx.stream("POST", echo.url + "/v1/completions", json=body, timeout=30) as resp:
+        assert resp.read().decode().endswith("data: [DONE]\n\n")
+    assert not used  # several choices: the task loop
+    assert direct == (echo.server == "tokenwire")

@@ -31,10 +31,12 @@ from tokenwire.messages.errors import (
 from tokenwire.runtime import Runtime, ServerConfig
 from tokenwire.server import access_log, api, limits, utility
 from tokenwire.server.chat_output import ChoiceOutput
+from tokenwire.server.direct_stream import DirectStream
 from tokenwire.server.guard import direct, guarded, passing
 from tokenwire.server.logprobs import ChoiceLogprobs, GenerateLogprobs, TokenStrings
 from tokenwire.server.metrics import Metrics
 from tokenwire.server.security import Security
+from tokenwire.server.serving import BODY_WRITER, BodyWriter
 from tokenwire.tokenizer import Tokenizer
 
 __all__ = ["ServerConfig", "Runtime", "App", "create_app"]
@@ -145,6 +147,13 @@ def _adding_headers(send: Any, headers: list[tuple[bytes, bytes]]) -> Any:
         await send(message)
 
     return passing(adding, send)
+
+
+def _body_writer(send: Any) -> BodyWriter | None:
+    """The request's ``BodyWriter``, when its connection gives one that may bypass ``send``."""
+    scope = _scope.get()
+    body = scope.get("extensions", {}).get(BODY_WRITER) if scope is not None else None
+    return body if body is not None and body.serves(send) else None
 
 
 async def _wait_disconnect(receive: Any) -> None:
@@ -361,8 +370,13 @@ class App:
             # Mid-stream chunks skip the wrappers that only look at the start and the end.
             write = direct(send)
             pending = streamer.head()
-            if len(subs) == 1:
-                # One choice (the common case): wait on its sink directly.
+            body = _body_writer(write)
+            if len(subs) == 1 and body is not None:
+                # One choice over tokenwire's connection protocol (the common case): written from
+                # the sink's wake-up, without a task wake-up and a send per step.
+                await DirectStream(subs[0][2], streamer, body, pending).wait()
+            elif len(subs) == 1:
+                # One choice: wait on its sink directly.
                 sink = subs[0][2]
                 while streamer.open:
                     data = streamer.feed([(0, item) for item in await sink.take()])

@@ -35,7 +35,14 @@ from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 from tokenwire.messages.errors import QueueFullError, RequestTimeoutError, ValidationError
 from tokenwire.server import api
 
-__all__ = ["ConnectionLimits", "TokenwireServer", "connection_protocol", "raise_open_files_limit"]
+__all__ = [
+    "BODY_WRITER",
+    "BodyWriter",
+    "ConnectionLimits",
+    "TokenwireServer",
+    "connection_protocol",
+    "raise_open_files_limit",
+]
 
 log = logging.getLogger("tokenwire.server")
 
@@ -61,6 +68,55 @@ class ConnectionLimits:
         if self.max_connections is None:
             return None
         return self.max_connections + max(16, self.max_connections // 16)
+
+
+#: The ASGI scope extension under which tokenwire's connection protocol gives each request its
+#: ``BodyWriter``.
+BODY_WRITER = "tokenwire.body_writer"
+
+
+class BodyWriter:
+    """Writes a started response's body bytes straight to its connection, as a plain call
+    instead of an ASGI ``send`` coroutine (for a stream's chunks, written from the loop callback
+    that delivers a decode step to every stream). The response's start and end still go through
+    ``send``; uvicorn's flow control still applies: while the connection's write buffer is full
+    the writer is ``paused``, and ``drained`` waits for it to empty."""
+
+    __slots__ = ("_cycle",)
+
+    def __init__(self, cycle: Any) -> None:
+        self._cycle = cycle
+
+    def serves(self, send: Any) -> bool:
+        """Whether body bytes may bypass ``send`` (the ASGI ``send`` under the app's wrappers
+        that pass mid-stream messages through, as ``guard.direct`` finds it): it is this
+        request's own, and the response has started with chunked transfer coding."""
+        cycle = self._cycle
+        return (
+            getattr(send, "__self__", None) is cycle
+            and cycle.response_started
+            and bool(cycle.chunked_encoding)
+            and not cycle.response_complete
+        )
+
+    @property
+    def paused(self) -> bool:
+        """Whether the connection's write buffer is full (the client reads slowly)."""
+        cycle = self._cycle
+        return cycle.flow.write_paused and not cycle.disconnected
+
+    def write(self, data: bytes) -> None:
+        """Write ``data`` as one chunk of the response body (dropped once the client is gone or
+        the response is over, as uvicorn's ``send`` drops it)."""
+        cycle = self._cycle
+        if data and not cycle.disconnected and not cycle.response_complete:
+            cycle.transport.write(b"%x\r\n%b\r\n" % (len(data), data))
+
+    async def drained(self) -> None:
+        """Wait until the connection takes writes again (or is gone)."""
+        cycle = self._cycle
+        if cycle.flow.write_paused and not cycle.disconnected:
+            await cycle.flow.drain()
 
 
 def _raw_response(status: int, reason: str, err: Any) -> bytes:
@@ -164,6 +220,9 @@ class _LimitedProtocol(HttpToolsProtocol):
                 self.transport.close()
                 return
         super().on_headers_complete()
+        cycle = self.cycle  # the request just parsed (its task has not started yet)
+        if cycle is not None and cycle.scope is self.scope:
+            self.scope.setdefault("extensions", {})[BODY_WRITER] = BodyWriter(cycle)
 
     def on_body(self, body: bytes) -> None:
         if not self._refused:

@@ -1,0 +1,99 @@
+"""A one-choice streamed response written from its sink's wake-up callback.
+
+The general streaming loop (``App._stream``) runs a task per response that waits on its sink,
+wakes for each decode step, formats the step's items and awaits an ASGI ``send``. Over
+tokenwire's own connection protocol (which gives each request a ``BodyWriter``) a response with
+one choice skips all of that: its sink calls ``DirectStream.on_items`` from the one loop callback
+that wakes every stream of a step, which formats the waiting items and writes them to the
+connection at once. The handler's task only waits for the end of the body.
+
+Behaviour is the general loop's: the same bytes, in the same order; a closed sink (the client
+went away) ends the wait with ``ClientDisconnected``; an error while formatting ends it with that
+error (the handler's guard answers it); while the connection's write buffer is full nothing is
+taken from the sink, which then fills and lets the shard merge and, past its bounds, end the
+request, as it does for a task that stops taking.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from tokenwire.messages.egress import EgressSink
+from tokenwire.messages.errors import ClientDisconnected
+from tokenwire.server.serving import BodyWriter
+
+__all__ = ["DirectStream"]
+
+
+class DirectStream:
+    """Writes ``sink``'s items, as ``streamer`` formats them, through ``body``; ``pending``
+    (bytes due before the first items) goes out with the first write. ``wait`` returns once
+    the body is complete (the streamer has closed every choice)."""
+
+    __slots__ = ("_body", "_done", "_pending", "_resume", "_sink", "_streamer")
+
+    def __init__(self, sink: EgressSink, streamer: Any, body: BodyWriter, pending: bytes) -> None:
+        self._sink = sink
+        self._streamer = streamer
+        self._body = body
+        self._pending = pending
+        self._done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._resume: asyncio.Future[None] | None = None
+
+    async def wait(self) -> None:
+        """Stream until the body is complete; ``ClientDisconnected`` if the sink closes first.
+        (Cancelling the wait stops the writes.)"""
+        self._sink.attach(self.on_items)
+        try:
+            self.on_items()  # items may wait already
+            await self._done
+        finally:
+            self._sink.detach()
+            if self._resume is not None:
+                self._resume.cancel()
+            self._done.cancel()  # a late wake-up writes nothing
+
+    def on_items(self) -> None:
+        """Format and write every item waiting (the sink's callback, on the event loop)."""
+        done = self._done
+        if done.done():
+            return
+        body = self._body
+        if body.paused:
+            if self._resume is None:
+                self._resume = asyncio.ensure_future(self._when_drained())
+            return
+        sink = self._sink
+        if not len(sink):
+            if sink.closed:
+                done.set_exception(ClientDisconnected("the response channel is closed"))
+            return
+        streamer = self._streamer
+        try:
+            data = streamer.feed([(0, item) for item in sink.drain()])
+        except Exception as exc:  # the handler's guard answers it
+            done.set_exception(exc)
+            return
+        if self._pending:
+            data = self._pending + data
+            self._pending = b""
+        body.write(data)
+        if not streamer.open:
+            done.set_result(None)
+            return
+        # Not called again before the next loop iteration: while the loop is busy, the steps
+        # delivered meanwhile go out together (a stream writes about every other step, as a
+        # task woken per step would), and when it is idle every step goes out as it comes.
+        sink.hold()
+        asyncio.get_running_loop().call_soon(self._release)
+
+    def _release(self) -> None:
+        if not self._done.done() and self._sink.release():
+            self._sink.hold()  # items came meanwhile: they go out on the next iteration
+            asyncio.get_running_loop().call_soon(self.on_items)
+
+    async def _when_drained(self) -> None:
+        await self._body.drained()
+        self._resume = None
+        self.on_items()
