@@ -13,12 +13,17 @@ server process's CPU time per streamed token, user and kernel apart (medians of 
 kernel's part is mostly the sends, which the ceiling pays too, and differs with how many chunks
 go in one send (``/proc`` counts clock ticks of 10 ms: at C=256, about 0.3 µs per token).
 
+``STEP_MS`` gives the synthetic engine a step time (default 0): with a real engine's step time
+the stack is not the bound, and the server CPU per token is what to compare. ``BASELINE=DIR``
+also serves tokenwire from another checkout's source folder (``DIR`` is its ``src``) as
+``tokenwire@baseline``, in the same rounds: a change measured side by side with the code before it.
+
 ``SERVERS`` runs the ceiling app under each of: ``uvicorn`` (httptools, uvloop; the default and
 what ``tokenwire serve`` runs on), ``granian`` (its ASGI interface, one worker, uvloop),
 ``granian-rsgi`` (the same chunks through granian's native RSGI interface) and ``hypercorn``
 (uvloop); granian and hypercorn come with the ``bench`` extra. All servers are up at once and
 idle when not loaded; rounds alternate between them.
-Environment: CONCURRENCY=64,256,1024  TOKENS=128  ROUNDS=5  SERVERS=uvicorn.
+Environment: CONCURRENCY=64,256,1024  TOKENS=128  ROUNDS=5  SERVERS=uvicorn  STEP_MS=0  BASELINE.
 """
 
 from __future__ import annotations
@@ -151,7 +156,10 @@ def serve_ceiling(server: str, port: int) -> None:  # pragma: no cover - its own
 
 
 def _start(kind: str, port: int) -> subprocess.Popen:
-    if kind == "tokenwire":
+    env = None
+    if kind == "tokenwire@baseline":
+        env = {**os.environ, "PYTHONPATH": os.environ["BASELINE"]}
+    if kind.startswith("tokenwire"):
         cmd = [
             sys.executable,
             "-m",
@@ -162,7 +170,7 @@ def _start(kind: str, port: int) -> subprocess.Popen:
             "--cpu",
             "0",
             "--step-time-ms",
-            "0",
+            os.environ.get("STEP_MS", "0"),
             "--synthetic-output",
             "random",
             "--max-batch-size",
@@ -175,7 +183,7 @@ def _start(kind: str, port: int) -> subprocess.Popen:
     else:  # "ceiling" or "ceiling/SERVER"
         server = kind.partition("/")[2] or "uvicorn"
         cmd = [sys.executable, str(Path(__file__)), "ceiling-server", str(port), server]
-    return subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    return subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env)
 
 
 def main() -> None:
@@ -198,7 +206,10 @@ def main() -> None:
     ceilings = ["ceiling"] if servers == ["uvicorn"] else [f"ceiling/{s}" for s in servers]
     # Every server up (idle when not loaded, all pinned to CPU 0); rounds alternate between them
     # so that drifts in machine speed hit all alike.
-    ports = {k: free_port() for k in [*ceilings, "tokenwire"]}
+    tokenwires = (
+        ["tokenwire", "tokenwire@baseline"] if os.environ.get("BASELINE") else ["tokenwire"]
+    )
+    ports = {k: free_port() for k in [*ceilings, *tokenwires]}
     procs = {k: _start(k, p) for k, p in ports.items()}
     rows = []
     try:
