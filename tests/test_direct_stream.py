@@ -177,6 +177,19 @@ async def test_a_formatting_failure_is_raised_to_the_handler():
         await asyncio.wait_for(task, 5)
 
 
+async def test_a_write_failure_is_raised_to_the_handler_too():
+    class Broken(Body):
+        def write(self, data: bytes) -> None:
+            raise OSError("the socket broke")
+
+    sink = EgressSink()
+    task = asyncio.create_task(DirectStream(sink, Streamer(), Broken(), b"").wait())
+    await turns()
+    sink.try_send(frame("a", 1))  # written from the sink's callback, not the handler's task
+    with pytest.raises(OSError, match="the socket broke"):
+        await asyncio.wait_for(task, 5)
+
+
 async def test_cancelling_the_wait_stops_the_writes():
     sink, body = EgressSink(), Body()
     task = asyncio.create_task(DirectStream(sink, Streamer(), body, b"").wait())

@@ -298,3 +298,25 @@ async def test_an_attached_consumer_is_idle_while_items_wait_or_it_holds():
     sink.drain()
     sink.hold()
     assert sink.idle_for(sink._taken_at + 7) == pytest.approx(7)  # held: not waiting
+
+
+async def test_a_failing_callback_does_not_stop_the_others():
+    loop = asyncio.get_running_loop()
+    reported = []
+    loop.set_exception_handler(lambda _loop, context: reported.append(context["exception"]))
+    sinks = [EgressSink() for _ in range(3)]
+    calls = []
+
+    def failing():
+        calls.append("bad")
+        raise RuntimeError("consumer bug")
+
+    sinks[0].attach(failing)
+    sinks[1].attach(lambda: calls.append("good1"))
+    sinks[2].attach(lambda: calls.append("good2"))
+    for _ in range(2):
+        for sink in sinks:
+            sink.try_send(Frame.of(chunk("a", [1], 1)))
+        await _turns()
+    assert calls == ["bad", "good1", "good2"] * 2  # every round, each of them
+    assert [str(e) for e in reported] == ["consumer bug"] * 2

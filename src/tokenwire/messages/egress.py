@@ -195,15 +195,20 @@ class _Notifier:
                 fut.set_result(None)
         if calls:
             # One loop iteration later, when a task woken here would run.
-            self.loop.call_soon(_call_each, calls)
+            self.loop.call_soon(self._call_each, calls)
 
-
-def _call_each(calls: list[_Callback]) -> None:
-    for call in calls:
-        call.queued = False
-        fn = call.fn
-        if fn is not None:  # (None: detached meanwhile)
-            fn()
+    def _call_each(self, calls: list[_Callback]) -> None:
+        for call in calls:
+            call.queued = False
+            fn = call.fn
+            if fn is None:  # detached meanwhile
+                continue
+            try:
+                fn()
+            except Exception as exc:  # one consumer's failure is not the others'
+                self.loop.call_exception_handler(
+                    {"message": "an egress sink's callback failed", "exception": exc}
+                )
 
 
 class _Callback:

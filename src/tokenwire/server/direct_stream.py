@@ -55,10 +55,18 @@ class DirectStream:
             self._done.cancel()  # a late wake-up writes nothing
 
     def on_items(self) -> None:
-        """Format and write every item waiting (the sink's callback, on the event loop)."""
+        """Format and write every item waiting (the sink's callback, on the event loop). A
+        failure ends the wait with it (the handler's guard answers it)."""
         done = self._done
         if done.done():
             return
+        try:
+            self._write_waiting()
+        except Exception as exc:
+            if not done.done():
+                done.set_exception(exc)
+
+    def _write_waiting(self) -> None:
         body = self._body
         if body.paused:
             if self._resume is None:
@@ -67,20 +75,16 @@ class DirectStream:
         sink = self._sink
         if not len(sink):
             if sink.closed:
-                done.set_exception(ClientDisconnected("the response channel is closed"))
+                self._done.set_exception(ClientDisconnected("the response channel is closed"))
             return
         streamer = self._streamer
-        try:
-            data = streamer.feed([(0, item) for item in sink.drain()])
-        except Exception as exc:  # the handler's guard answers it
-            done.set_exception(exc)
-            return
+        data = streamer.feed([(0, item) for item in sink.drain()])
         if self._pending:
             data = self._pending + data
             self._pending = b""
         body.write(data)
         if not streamer.open:
-            done.set_result(None)
+            self._done.set_result(None)
             return
         # Not called again before the next loop iteration: while the loop is busy, the steps
         # delivered meanwhile go out together (a stream writes about every other step, as a
