@@ -34,6 +34,19 @@ def _reading_stream(url: str, tokens: int) -> float:
     return time.perf_counter() - start
 
 
+def _dechunked(response: bytes) -> bytes:
+    """The body of a raw HTTP/1.1 response in chunked transfer coding."""
+    rest = response.split(b"\r\n\r\n", 1)[1]
+    body = b""
+    while True:
+        size, rest = rest.split(b"\r\n", 1)
+        n = int(size, 16)
+        if not n:
+            return body
+        body += rest[:n]
+        rest = rest[n + 2 :]
+
+
 def _stalled(s, n: int) -> bool:
     sinks = [st.sink for st in s.runtime.shard._reqs.values()]
     return len(sinks) >= n and all(len(k) >= k.capacity for k in sinks)
@@ -85,3 +98,31 @@ def test_a_client_that_stops_reading_is_ended_and_its_engine_slot_freed():
         finally:
             sock.close()
         assert httpx.get(s.url + "/health").status_code == 200
+
+
+def test_a_client_that_pauses_then_reads_on_gets_its_whole_stream():
+    """The server stops taking a stream's output while the client's socket is full (its sink
+    fills and merges), and writes on once the client reads again: what the client finally
+    reads is the whole answer, the same as without streaming."""
+    request = {
+        "text": "Hi",
+        "sampling_params": {"max_new_tokens": 1500, "ignore_eos": True, "sampling_seed": 7},
+    }
+    with serve(SyntheticConfig(output="random", step_time=0.0005), stall_timeout=None) as s:
+        whole = httpx.post(s.url + "/generate", json=request, timeout=60).json()
+        body = json.dumps({**request, "stream": True}).encode()
+        sock = raw_request(s.port, "POST", "/generate", body, rcvbuf=4096)
+        try:
+            assert wait_until(lambda: _stalled(s, 1), 60)  # the client's socket is full
+            sock.settimeout(30)
+            data = b""
+            while chunk := sock.recv(1 << 20):  # reading on, to the end of the stream
+                data += chunk
+                if data.endswith(b"0\r\n\r\n"):
+                    break
+        finally:
+            sock.close()
+    events = [e for e in _dechunked(data).split(b"\n\n") if e.startswith(b"data: {")]
+    last = json.loads(events[-1][len(b"data: ") :])
+    assert last["text"] == whole["text"]
+    assert last["meta_info"]["finish_reason"] == whole["meta_info"]["finish_reason"]
