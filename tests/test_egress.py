@@ -243,36 +243,51 @@ async def test_several_sinks_are_called_in_one_loop_callback():
     assert {task for _, task in order} == {None}  # plain loop callbacks, not tasks
 
 
-async def test_a_held_sink_queues_without_calling_and_release_tells_what_waits():
+async def test_a_resting_sink_is_called_for_what_came_meanwhile_on_the_next_iteration():
     sink = EgressSink(capacity=8)
     calls = []
-    sink.attach(lambda: calls.append(True))
-    sink.hold()
+    sink.attach(lambda: calls.append([i.text for i in sink.drain()]))
+    sink.rest()
+    sink.try_send(Frame.of(chunk("a", [1], 1)))  # arrives while it rests: no call now ...
+    sink.try_send(Frame.of(chunk("b", [2], 2)))
+    await asyncio.sleep(0)
+    assert calls == []
+    await _turns()
+    assert calls == [["a", "b"]]  # ... but one on the next iteration, for both
+    sink.try_send(Frame.of(chunk("c", [3], 3)))  # not resting now: called as usual
+    await _turns()
+    assert calls == [["a", "b"], ["c"]]
+
+
+async def test_a_resting_sink_with_nothing_new_is_simply_called_again_later():
+    sink = EgressSink(capacity=8)
+    calls = []
+    sink.attach(lambda: calls.append(len(sink.drain())))
+    sink.rest()
+    await _turns()
+    assert calls == []  # nothing came: no call
     sink.try_send(Frame.of(chunk("a", [1], 1)))
     await _turns()
-    assert calls == [] and len(sink) == 1
-    assert sink.release() is True  # an item waits: no call will tell of it
-    sink.drain()
-    assert sink.release() is False
-    sink.try_send(Frame.of(chunk("b", [2], 2)))
+    assert calls == [1]
+
+
+async def test_a_sink_closed_while_resting_is_called():
+    sink = EgressSink()
+    calls = []
+    sink.attach(lambda: calls.append(sink.closed))
+    sink.rest()
+    sink.close()
     await _turns()
     assert calls == [True]
 
 
-async def test_close_calls_an_attached_callback_and_release_reports_a_closed_sink():
+async def test_close_calls_an_attached_callback():
     sink = EgressSink()
     calls = []
     sink.attach(lambda: calls.append(sink.closed))
     sink.close()
     await _turns()
     assert calls == [True]
-    held = EgressSink()
-    held.attach(lambda: calls.append("held"))
-    held.hold()
-    held.close()
-    await _turns()
-    assert calls == [True]  # held: not called ...
-    assert held.release() is True  # ... but release says so
 
 
 async def test_detach_ends_the_calls():
@@ -288,7 +303,7 @@ async def test_detach_ends_the_calls():
     assert len(sink) == 2
 
 
-async def test_an_attached_consumer_is_idle_while_items_wait_or_it_holds():
+async def test_an_attached_consumer_is_idle_while_items_wait_or_it_rests():
     sink = EgressSink(capacity=8)
     sink.attach(lambda: None)
     t0 = sink._taken_at
@@ -296,8 +311,8 @@ async def test_an_attached_consumer_is_idle_while_items_wait_or_it_holds():
     sink.try_send(Frame.of(chunk("a", [1], 1)))
     assert sink.idle_for(t0 + 100) == pytest.approx(100)  # items wait untaken
     sink.drain()
-    sink.hold()
-    assert sink.idle_for(sink._taken_at + 7) == pytest.approx(7)  # held: not waiting
+    sink.rest()
+    assert sink.idle_for(sink._taken_at + 7) == pytest.approx(7)  # resting: not waiting
 
 
 async def test_a_failing_callback_does_not_stop_the_others():

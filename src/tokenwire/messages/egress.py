@@ -166,14 +166,15 @@ class SinkError(enum.Enum):
 class _Notifier:
     """Wakes waiting consumers of one event loop, in one loop callback per batch of wake-ups."""
 
-    __slots__ = ("_pending", "_scheduled", "loop")
+    __slots__ = ("_held", "_pending", "_scheduled", "loop")
 
     def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
         self.loop = loop
-        self._pending: list[asyncio.Future[None]] = []
+        self._pending: list[asyncio.Future[None] | _Callback] = []
         self._scheduled = False
+        self._held: list[_Callback] = []  # callbacks resting until the next loop iteration
 
-    def notify(self, fut: asyncio.Future[None]) -> None:
+    def notify(self, fut: asyncio.Future[None] | _Callback) -> None:
         self._pending.append(fut)
         if not self._scheduled:
             self._scheduled = True
@@ -203,6 +204,9 @@ class _Notifier:
             fn = call.fn
             if fn is None:  # detached meanwhile
                 continue
+            sink = call.sink
+            if sink._waiter is None and sink._callback is call:
+                sink._waiter = call  # (called after resting: items wake it again)
             try:
                 fn()
             except Exception as exc:  # one consumer's failure is not the others'
@@ -210,15 +214,39 @@ class _Notifier:
                     {"message": "an egress sink's callback failed", "exception": exc}
                 )
 
+    def hold(self, call: _Callback) -> None:
+        """Rest ``call`` (already out of its sink's waiter slot) until the next loop iteration;
+        all of this iteration's in one loop callback."""
+        if not self._held:
+            self.loop.call_soon(self._release)
+        self._held.append(call)
+
+    def _release(self) -> None:
+        held, self._held = self._held, []
+        due = []
+        for call in held:
+            sink = call.sink
+            if call.fn is None or sink._callback is not call:  # detached meanwhile
+                continue
+            sink._waiter = call  # armed before looking (a producer may be on another thread)
+            if sink._dq or sink._closed:  # came while it rested: called next iteration
+                sink._waiter = None
+                if not call.queued:
+                    call.queued = True
+                    due.append(call)
+        if due:
+            self.loop.call_soon(self._call_each, due)
+
 
 class _Callback:
     """A consumer that is called when items arrive (``EgressSink.attach``), where a task would
     wait for them: it stands in the sink's waiter slot, and ``_Notifier`` calls it."""
 
-    __slots__ = ("fn", "queued")
+    __slots__ = ("fn", "queued", "sink")
 
-    def __init__(self, fn: Callable[[], None]) -> None:
+    def __init__(self, fn: Callable[[], None], sink: EgressSink) -> None:
         self.fn: Callable[[], None] | None = fn
+        self.sink = sink
         self.queued = False  # a call is due
 
 
@@ -411,21 +439,21 @@ class EgressSink:
         """Have ``callback`` called on the running event loop after items arrive and when the
         sink closes (with the other sinks' wake-ups, in one loop callback), instead of a task
         waiting in ``take``; it takes the items with ``drain``. Items that wait already are the
-        caller's to take. ``hold`` and ``release`` pause the calls, ``detach`` ends them."""
+        caller's to take. ``rest`` pauses the calls for a loop iteration, ``detach`` ends them."""
         if self._notifier is None:
             self._notifier = _notifier_for(asyncio.get_running_loop())
-        self._callback = self._waiter = _Callback(callback)
+        self._callback = self._waiter = _Callback(callback, self)
 
-    def hold(self) -> None:
-        """Stop calling the attached callback until ``release`` (items still queue)."""
-        if self._waiter is self._callback:
-            self._waiter = None
-
-    def release(self) -> bool:
-        """Call the attached callback again when items arrive; returns whether some wait already
-        or the sink is closed (which no call will tell of)."""
-        self._waiter = self._callback
-        return bool(self._dq) or self._closed
+    def rest(self) -> None:
+        """Call the attached callback for nothing more that arrives in this loop iteration:
+        what does is called for on the next one, together with what arrives then. (A consumer
+        that writes what it takes thus writes about every other step while steps come every
+        iteration, and every step as it comes while the loop is idle.)"""
+        callback = self._callback
+        if callback is not None and self._notifier is not None:
+            if self._waiter is callback:
+                self._waiter = None
+            self._notifier.hold(callback)
 
     def detach(self) -> None:
         """Stop calling the callback given to ``attach`` (a call already due included)."""

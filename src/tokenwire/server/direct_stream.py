@@ -5,7 +5,10 @@ wakes for each decode step, formats the step's items and awaits an ASGI ``send``
 tokenwire's own connection protocol (which gives each request a ``BodyWriter``) a response with
 one choice skips all of that: its sink calls ``DirectStream.on_items`` from the one loop callback
 that wakes every stream of a step, which formats the waiting items and writes them to the
-connection at once. The handler's task only waits for the end of the body.
+connection at once. The handler's task only waits for the end of the body. After each write the
+sink rests for the rest of the loop iteration (``EgressSink.rest``): while steps come back to
+back, a stream writes about every other step, two steps' text at once, as a task woken per step
+would; while the loop is idle, every step goes out as it comes.
 
 Behaviour is the general loop's: the same bytes, in the same order; a closed sink (the client
 went away) ends the wait with ``ClientDisconnected``; an error while formatting ends it with that
@@ -86,16 +89,7 @@ class DirectStream:
         if not streamer.open:
             self._done.set_result(None)
             return
-        # Not called again before the next loop iteration: while the loop is busy, the steps
-        # delivered meanwhile go out together (a stream writes about every other step, as a
-        # task woken per step would), and when it is idle every step goes out as it comes.
-        sink.hold()
-        asyncio.get_running_loop().call_soon(self._release)
-
-    def _release(self) -> None:
-        if not self._done.done() and self._sink.release():
-            self._sink.hold()  # items came meanwhile: they go out on the next iteration
-            asyncio.get_running_loop().call_soon(self.on_items)
+        sink.rest()
 
     async def _when_drained(self) -> None:
         await self._body.drained()
