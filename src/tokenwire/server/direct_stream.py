@@ -11,10 +11,10 @@ back, a stream writes about every other step, two steps' text at once, as a task
 would; while the loop is idle, every step goes out as it comes.
 
 Behaviour is the general loop's: the same bytes, in the same order; a closed sink (the client
-went away) ends the wait with ``ClientDisconnected``; an error while formatting ends it with that
-error (the handler's guard answers it); while the connection's write buffer is full nothing is
-taken from the sink, which then fills and lets the shard merge and, past its bounds, end the
-request, as it does for a task that stops taking.
+went away) ends the wait with ``ClientDisconnected``; an error while formatting or writing ends
+it with that error (the handler's guard answers it); while the connection's write buffer is
+full nothing is taken from the sink, which then fills and lets the shard merge and, past its
+bounds, end the request, as it does for a task that stops taking.
 """
 
 from __future__ import annotations
