@@ -65,6 +65,16 @@ def run_app(app, start_timeout: float = 30) -> Iterator[str]:
 
 
 @contextlib.contextmanager
+def run_tokenwire(app, shutdown_timeout: float = 2.0) -> Iterator[str]:
+    """An app from ``create_app`` served as ``tokenwire serve`` serves it (its connection
+    protocol, which writes one-choice streams from their sinks, and its graceful shutdown) on a
+    loopback port in a thread; yields its URL."""
+    uv = uvicorn_config(app, ConnectionLimits(), log_level="warning", lifespan="on")
+    with running(TokenwireServer(uv, app, shutdown_timeout=shutdown_timeout)) as (port, _):
+        yield f"http://127.0.0.1:{port}"
+
+
+@contextlib.contextmanager
 def serve(
     config: SyntheticConfig,
     limits: ConnectionLimits | None = None,

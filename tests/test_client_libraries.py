@@ -22,7 +22,7 @@ from tokenwire.server import ServerConfig, create_app
 from tokenwire.server.features import Features
 
 from conftest import real_tokenizer
-from served import run_app
+from served import run_tokenwire
 
 MODEL = "Qwen/Qwen3-0.6B"
 TEMPLATE = (
@@ -53,7 +53,7 @@ def _serve() -> Iterator[str]:
         tool_call_parser="hermes", enable_auto_tool_choice=True, chat_template=TEMPLATE
     )
     app = create_app(tok, engine, ServerConfig(model_name=MODEL, features=features))
-    with run_app(app) as url:
+    with run_tokenwire(app) as url:
         yield url + "/v1"
 
 

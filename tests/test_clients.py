@@ -20,7 +20,7 @@ from tokenwire.server import ServerConfig, create_app
 from tokenwire.server.features import Features
 
 from conftest import real_tokenizer
-from served import run_app
+from served import run_tokenwire
 
 CLIENTS = Path(__file__).resolve().parent / "clients"
 MODEL = "Qwen/Qwen3-0.6B"
@@ -41,7 +41,7 @@ def _serve() -> Iterator[str]:
     engine = SyntheticEngine(tok, SyntheticConfig(output="echo", step_time=0.0))
     features = Features(tool_call_parser="hermes", enable_auto_tool_choice=True)
     config = ServerConfig(model_name=MODEL, access_log=False, features=features)
-    with run_app(create_app(tok, engine, config)) as url:
+    with run_tokenwire(create_app(tok, engine, config)) as url:
         yield url
 
 

@@ -19,10 +19,9 @@ import pytest
 from tokenwire.engine.synthetic import SyntheticConfig, SyntheticEngine
 from tokenwire.server import ServerConfig, create_app
 from tokenwire.server.direct_stream import DirectStream
-from tokenwire.server.serving import ConnectionLimits, TokenwireServer, uvicorn_config
 
 from conftest import real_tokenizer
-from served import run_app, running
+from served import run_app, run_tokenwire
 
 #: Plain uvicorn, and uvicorn with tokenwire's connection protocol (as ``tokenwire serve``).
 SERVERS = ("uvicorn", "tokenwire")
@@ -55,9 +54,8 @@ def serve(config: SyntheticConfig, server: str = "tokenwire", **server_kw) -> It
         with run_app(app) as url:
             yield Served(url, engine, app, tok, server)
         return
-    uv = uvicorn_config(app, ConnectionLimits(), log_level="warning", lifespan="on")
-    with running(TokenwireServer(uv, app, shutdown_timeout=2)) as (port, _):
-        yield Served(f"http://127.0.0.1:{port}", engine, app, tok, server)
+    with run_tokenwire(app) as url:
+        yield Served(url, engine, app, tok, server)
 
 
 @pytest.fixture(params=SERVERS)
