@@ -64,13 +64,19 @@ def run_app(app, start_timeout: float = 30) -> Iterator[str]:
         yield f"http://127.0.0.1:{port}"
 
 
+def tokenwire_server(
+    app, limits: ConnectionLimits | None = None, shutdown_timeout: float = 2.0
+) -> TokenwireServer:
+    """A server for an app from ``create_app``, as ``tokenwire serve`` runs it: its connection
+    protocol (which writes one-choice streams from their sinks) and its graceful shutdown."""
+    uv = uvicorn_config(app, limits or ConnectionLimits(), log_level="warning", lifespan="on")
+    return TokenwireServer(uv, app, shutdown_timeout=shutdown_timeout)
+
+
 @contextlib.contextmanager
-def run_tokenwire(app, shutdown_timeout: float = 2.0) -> Iterator[str]:
-    """An app from ``create_app`` served as ``tokenwire serve`` serves it (its connection
-    protocol, which writes one-choice streams from their sinks, and its graceful shutdown) on a
-    loopback port in a thread; yields its URL."""
-    uv = uvicorn_config(app, ConnectionLimits(), log_level="warning", lifespan="on")
-    with running(TokenwireServer(uv, app, shutdown_timeout=shutdown_timeout)) as (port, _):
+def run_tokenwire(app) -> Iterator[str]:
+    """``tokenwire_server(app)`` on a loopback port in a thread; yields its URL."""
+    with running(tokenwire_server(app)) as (port, _):
         yield f"http://127.0.0.1:{port}"
 
 
@@ -86,8 +92,7 @@ def serve(
     tok = real_tokenizer("default")
     engine = SyntheticEngine(tok, config)
     app = create_app(tok, engine, ServerConfig(model_name=MODEL, **server_kw))
-    uv = uvicorn_config(app, limits or ConnectionLimits(), log_level="warning", lifespan="on")
-    server = TokenwireServer(uv, app, shutdown_timeout=shutdown_timeout)
+    server = tokenwire_server(app, limits, shutdown_timeout)
     with running(server) as (port, thread):
         served = Served(f"http://127.0.0.1:{port}", port, engine, app, server)
         served.thread = thread
