@@ -114,9 +114,8 @@ class BodyWriter:
 
     async def drained(self) -> None:
         """Wait until the connection takes writes again (or is gone)."""
-        cycle = self._cycle
-        if cycle.flow.write_paused and not cycle.disconnected:
-            await cycle.flow.drain()
+        if self.paused:
+            await self._cycle.flow.drain()
 
 
 def _raw_response(status: int, reason: str, err: Any) -> bytes:
