@@ -271,20 +271,13 @@ async def test_a_resting_sink_with_nothing_new_is_simply_called_again_later():
     assert calls == [1]
 
 
-async def test_a_sink_closed_while_resting_is_called():
+@pytest.mark.parametrize("resting", [False, True])
+async def test_close_calls_an_attached_callback(resting):
     sink = EgressSink()
     calls = []
     sink.attach(lambda: calls.append(sink.closed))
-    sink.rest()
-    sink.close()
-    await _turns()
-    assert calls == [True]
-
-
-async def test_close_calls_an_attached_callback():
-    sink = EgressSink()
-    calls = []
-    sink.attach(lambda: calls.append(sink.closed))
+    if resting:
+        sink.rest()
     sink.close()
     await _turns()
     assert calls == [True]
