@@ -17,6 +17,7 @@ import numpy as np
 from tokenizers.decoders import DecodeStream as HFDecodeStream
 
 from tokenwire import DecodeBatch, DecodeStream
+from tokenwire.detok.tables import decode_table
 
 from workload import BATCHES, STEPS, load_tokenizer, record, table, workload
 
@@ -103,7 +104,7 @@ def main() -> None:
     runs = int(os.environ.get("RUNS", "3"))
     for name in names:
         tok = load_tokenizer(name)
-        tok.decode_table(True)
+        decode_table(tok, True)
         tok.single_token_texts(True)
         rows = []
         for b in batches:

@@ -29,6 +29,7 @@ import time
 from tokenizers.decoders import DecodeStream as HFDecodeStream
 
 from tokenwire import SamplingParams
+from tokenwire.detok.tables import decode_table
 from tokenwire.messages.egress import EgressSink
 from tokenwire.messages.frames import decode_batch_frame, encode_batch_frame
 from tokenwire.shard import DetokShard
@@ -110,7 +111,7 @@ def main() -> None:
     runs = int(os.environ.get("RUNS", "3"))
     for name in names:
         tok = load_tokenizer(name)
-        tok.decode_table(True)
+        decode_table(tok, True)
         rows = []
         for b in batches:
             work = workload(tok, b)

@@ -20,6 +20,7 @@ import sys
 import time
 
 from tokenwire import SamplingParams, Tokenizer
+from tokenwire.detok.tables import decode_table
 from tokenwire.messages.egress import EgressSink
 from tokenwire.shard import DetokShard
 
@@ -93,7 +94,7 @@ def main() -> None:
     batch = int(sys.argv[1]) if len(sys.argv) > 1 else 1024
     runs = int(os.environ.get("RUNS", "7"))
     tok = load_tokenizer("qwen3")
-    tok.decode_table(True)
+    decode_table(tok, True)
     work = workload(tok, batch)
     folder = TOKENIZERS / "qwen3"
     vllm = vllm_runner(str(folder)) if (folder / "tokenizer.json").is_file() else None

@@ -16,8 +16,8 @@ import httpx
 import pytest
 
 from tokenwire.engine.synthetic import SyntheticConfig, SyntheticEngine
+from tokenwire.runtime import Features
 from tokenwire.server import ServerConfig, create_app
-from tokenwire.server.features import Features
 
 from conftest import real_tokenizer
 from served import run_tokenwire

@@ -15,7 +15,7 @@ from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 from tokenwire import DecodeBatch, DecodeStream, Tokenizer
-from tokenwire.detok.tables import _bytes_to_unicode
+from tokenwire.detok.tables import _bytes_to_unicode, decode_table
 
 from conftest import ALL_NAMES, GENERIC_ONLY, PATH_CASES, examples, real_tokenizer
 from helpers import FFFD, stream_all
@@ -76,7 +76,7 @@ def check_exact(tok: Tokenizer, prompt: list[int], gen: list[int], skip: bool, f
         # whole, and no prompt text is emitted again.
         assert full.endswith(out), (out, full)
         assert len(full) - len(out) >= len(head.rstrip(FFFD))
-        if not fast and tok.decode_table(skip) is not None:
+        if not fast and decode_table(tok, skip) is not None:
             # Both paths agree on what the prompt owns (the fast one works on bytes).
             fast_pieces, fast_tail, _ = stream_all(tok, prompt, gen, skip=skip, fast=True)
             assert out == "".join(fast_pieces) + fast_tail
@@ -111,7 +111,7 @@ def test_fast_table_availability(name):
     """Context-independent decoders get a fast table (it passed its self-check); WordPiece not."""
     tok = real_tokenizer(name)
     for skip in (True, False):
-        assert (tok.decode_table(skip) is None) == (name in GENERIC_ONLY)
+        assert (decode_table(tok, skip) is None) == (name in GENERIC_ONLY)
 
 
 @pytest.mark.parametrize("skip", SKIPS)

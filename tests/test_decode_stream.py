@@ -8,7 +8,7 @@ import pytest
 
 from tokenwire import DecodeError, DecodeStream, Tokenizer
 from tokenwire.detok.stream import _MAX_WINDOW, MAX_HOLD_TOKENS
-from tokenwire.detok.tables import _bytes_to_unicode
+from tokenwire.detok.tables import _bytes_to_unicode, decode_table
 
 from conftest import PATH_CASES, real_tokenizer
 from helpers import BYTE_EOS, BYTE_TOOL, FFFD, b, byte_tokenizer, expected_delta, stream_all
@@ -167,8 +167,8 @@ class CountingHF:
 
 
 def _counting(tok: Tokenizer) -> CountingHF:
-    tok.decode_table(True)
-    tok.decode_table(False)
+    decode_table(tok, True)
+    decode_table(tok, False)
     counter = CountingHF(tok._tok)
     tok._tok = counter
     return counter
@@ -232,7 +232,7 @@ def byte_token(tok: Tokenizer, value: int) -> int:
 @pytest.mark.parametrize("name", BIG_MODEL_VOCAB)
 def test_seed_cases_on_real_tokenizers(name, fast):
     tok = real_tokenizer(name)
-    if fast and tok.decode_table(True) is None:
+    if fast and decode_table(tok, True) is None:
         pytest.fail(f"{name} should have a fast table")
     unk = list(range(tok.vocab_size, tok.model_vocab_size))
     assert len(unk) > 10
@@ -311,7 +311,7 @@ def test_llama2_leading_space_strip(fast):
 @pytest.mark.parametrize("fork_at", [0, 1, 3])
 def test_copy_forks_an_independent_stream(name, fast, fork_at):
     tok = real_tokenizer(name)
-    if fast and tok.decode_table(True) is None:
+    if fast and decode_table(tok, True) is None:
         pytest.skip(f"{name} has no fast table")
     prompt = tok.encode("Translate: 你好", add_special_tokens=False)
     first = tok.encode(" 世界 and more 👋🏽 text", add_special_tokens=False)

@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import pytest
 
-from tokenwire.messages.errors import ValidationError
-from tokenwire.server.features import Features, forced_schema, output_spec, tool_names
-from tokenwire.server.templates import (
+from tokenwire.chat.templates import (
     chat_template_for,
     detect_content_format,
     load_chat_template,
 )
+from tokenwire.messages.errors import ValidationError
+from tokenwire.runtime import Features
+from tokenwire.server.openai.tools import forced_schema, output_spec, tool_names
 
 TOOLS = [{"type": "function", "function": {"name": "f", "parameters": {"type": "object"}}}]
 AUTO = Features(tool_call_parser="hermes", enable_auto_tool_choice=True)

@@ -8,8 +8,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tokenwire import SamplingParams, ValidationError
-from tokenwire.holdback import HoldBack, prefix_function
 from tokenwire.messages.sampling import DEFAULT_MAX_STOP_STR_LEN
+from tokenwire.shard.holdback import HoldBack, prefix_function
 
 from conftest import examples
 from test_shard import run_text
@@ -99,7 +99,7 @@ def test_a_huge_stop_string_is_a_400_and_the_server_lives_on():
     import httpx
 
     from tokenwire.engine.synthetic import SyntheticConfig
-    from tokenwire.server.api import RequestLimits
+    from tokenwire.server.config import RequestLimits
 
     from test_server_e2e import MODEL, serve
 

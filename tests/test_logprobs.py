@@ -12,7 +12,7 @@ import openai
 import pytest
 
 from tokenwire.engine.synthetic import SyntheticConfig, SyntheticEngine
-from tokenwire.server.features import Features
+from tokenwire.runtime import Features
 from tokenwire.server.logprobs import TokenStrings
 
 from conftest import real_tokenizer

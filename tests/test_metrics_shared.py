@@ -8,7 +8,7 @@ from typing import Any
 from prometheus_client import CollectorRegistry, Counter
 from prometheus_client.parser import text_string_to_metric_families
 
-from tokenwire.server.metrics import EngineCollector, SharedMetrics
+from tokenwire.runtime.metrics import EngineCollector, SharedMetrics
 
 
 @dataclass

@@ -11,8 +11,8 @@ import time
 
 import httpx
 
-from tokenwire.cli import build_parser
 from tokenwire.engine.synthetic import SyntheticConfig
+from tokenwire.entrypoints.cli import build_parser
 from tokenwire.server.access_log import access_line
 
 from conftest import REPO

@@ -8,12 +8,21 @@ import msgspec
 import pytest
 
 from tokenwire import FinishReason, SamplingParams, Tokenizer, ValidationError
+from tokenwire.chat import normalize_messages, render_chat
 from tokenwire.engine import EngineRequest
 from tokenwire.engine.synthetic import SyntheticConfig, SyntheticEngine
 from tokenwire.messages.frames import EGRESS_TAG_ERROR, decode_batch_frame
-from tokenwire.server import api
-from tokenwire.server.chat import normalize_messages, render_chat
-from tokenwire.server.features import Features
+from tokenwire.runtime import Features, Runtime
+from tokenwire.server import ServerConfig, fields
+from tokenwire.server.generate import GenerateStreamer, parse_generate
+from tokenwire.server.openai.chunks import ChunkWriter, openai_head
+from tokenwire.server.openai.parse import (
+    DEFAULT_COMPLETION_MAX_TOKENS,
+    chat_template_options,
+    parse_chat,
+    parse_completion,
+)
+from tokenwire.server.openai.stream import OpenAIStreamer
 
 from conftest import real_tokenizer
 
@@ -24,11 +33,11 @@ def tok() -> Tokenizer:
 
 
 def test_completion_defaults_and_mapping(tok):
-    plan = api.parse_completion({"prompt": "Hello"}, tok, "m")
+    plan = parse_completion({"prompt": "Hello"}, tok, "m")
     assert plan.route == "completion" and plan.n == 1 and not plan.stream
     assert plan.prompts == [tok.encode("Hello")]
-    assert plan.params.max_new_tokens == api.DEFAULT_COMPLETION_MAX_TOKENS
-    plan = api.parse_completion(
+    assert plan.params.max_new_tokens == DEFAULT_COMPLETION_MAX_TOKENS
+    plan = parse_completion(
         {
             "prompt": [[1, 2, 3], "text"],
             "max_tokens": 7,
@@ -80,19 +89,19 @@ def test_completion_defaults_and_mapping(tok):
 )
 def test_completion_errors_name_the_clients_field(tok, body, param, fragment):
     with pytest.raises(ValidationError) as info:
-        api.parse_completion(body, tok, "m")
+        parse_completion(body, tok, "m")
     assert info.value.param == param
     assert fragment in str(info.value)
     assert "max_new_tokens" not in str(info.value)
 
 
 def test_ids_past_the_tokenizer_are_valid_prompts(tok):
-    plan = api.parse_completion({"prompt": [151669, 151935, 5]}, tok, "m")
+    plan = parse_completion({"prompt": [151669, 151935, 5]}, tok, "m")
     assert plan.prompts == [[151669, 151935, 5]]
 
 
 def test_chat_renders_the_tokenizers_template(tok):
-    plan = api.parse_chat(
+    plan = parse_chat(
         {
             "messages": [
                 {"role": "system", "content": "Be brief."},
@@ -109,7 +118,7 @@ def test_chat_renders_the_tokenizers_template(tok):
     )
     assert plan.params.max_new_tokens == 40960 - len(plan.prompts[0])
     # chat_template_kwargs reach the template (Qwen3's thinking switch)
-    plan = api.parse_chat(
+    plan = parse_chat(
         {
             "messages": [{"role": "user", "content": "Hi"}],
             "chat_template_kwargs": {"enable_thinking": False},
@@ -134,7 +143,7 @@ def test_chat_renders_the_tokenizers_template(tok):
 )
 def test_chat_message_errors(tok, messages, fragment):
     with pytest.raises(ValidationError, match=fragment):
-        api.parse_chat({"messages": messages}, tok, "m")
+        parse_chat({"messages": messages}, tok, "m")
 
 
 def test_chat_template_helpers():
@@ -165,34 +174,34 @@ def test_chat_template_helpers():
 def test_chat_without_template():
     tok = real_tokenizer("llama2")  # its tokenizer_config has no chat template
     with pytest.raises(ValidationError, match="no chat template"):
-        api.parse_chat({"messages": [{"role": "user", "content": "x"}]}, tok, "m")
+        parse_chat({"messages": [{"role": "user", "content": "x"}]}, tok, "m")
 
 
 def test_generate_parsing(tok):
-    plan = api.parse_generate(
+    plan = parse_generate(
         {"text": "Hi", "sampling_params": {"max_new_tokens": 3, "stop": ["\n"]}, "rid": "abc"},
         tok,
         "m",
     )
     assert plan.rids == ["abc"] and not plan.batch and plan.params.max_new_tokens == 3
-    plan = api.parse_generate({"input_ids": [[1, 2], [3]], "rid": ["a", "b"]}, tok, "m")
+    plan = parse_generate({"input_ids": [[1, 2], [3]], "rid": ["a", "b"]}, tok, "m")
     assert plan.batch and plan.prompts == [[1, 2], [3]]
-    plan = api.parse_generate({"text": "x", "sampling_params": {"max_new_tokens": None}}, tok, "m")
+    plan = parse_generate({"text": "x", "sampling_params": {"max_new_tokens": None}}, tok, "m")
     # "no limit" is the context length left after the prompt
     assert plan.params.max_new_tokens == tok.max_model_len - len(plan.prompts[0])
     with pytest.raises(ValidationError, match="unknown sampling parameter 'temprature'"):
-        api.parse_generate({"text": "x", "sampling_params": {"temprature": 1}}, tok, "m")
+        parse_generate({"text": "x", "sampling_params": {"temprature": 1}}, tok, "m")
     with pytest.raises(ValidationError, match="exactly one of"):
-        api.parse_generate({"text": "x", "input_ids": [1]}, tok, "m")
+        parse_generate({"text": "x", "input_ids": [1]}, tok, "m")
     with pytest.raises(ValidationError, match="rid"):
-        api.parse_generate({"input_ids": [[1], [2]], "rid": ["a", "a"]}, tok, "m")
+        parse_generate({"input_ids": [[1], [2]], "rid": ["a", "a"]}, tok, "m")
     with pytest.raises(ValidationError, match="out of range"):
-        api.parse_generate({"input_ids": [1, 10**9]}, tok, "m")
+        parse_generate({"input_ids": [1, 10**9]}, tok, "m")
 
 
 def test_chunk_writer_shapes(tok):
-    plan = api.parse_completion({"prompt": "x", "stream": True}, tok, "model-x")
-    w = api.ChunkWriter(plan, (151645,))
+    plan = parse_completion({"prompt": "x", "stream": True}, tok, "model-x")
+    w = ChunkWriter(plan, (151645,))
     chunk = msgspec.json.decode(w.delta(0, 'he said "hi"\n')[6:])
     assert chunk["object"] == "text_completion" and chunk["model"] == "model-x"
     assert chunk["choices"] == [
@@ -203,7 +212,7 @@ def test_chunk_writer_shapes(tok):
     assert final["choices"][0]["stop_reason"] is None  # EOS
     final = msgspec.json.decode(w.final(1, "!", FinishReason.stop("##"))[6:])
     assert final["choices"][0]["stop_reason"] == "##" and final["choices"][0]["text"] == "!"
-    chat = api.parse_chat(
+    chat = parse_chat(
         {
             "messages": [{"role": "user", "content": "x"}],
             "stream": True,
@@ -212,7 +221,7 @@ def test_chunk_writer_shapes(tok):
         tok,
         "m",
     )
-    w = api.ChunkWriter(chat, ())
+    w = ChunkWriter(chat, ())
     role = msgspec.json.decode(w.role(0)[6:])
     assert role["choices"][0]["delta"] == {"role": "assistant", "content": ""}
     assert role["usage"] is None
@@ -382,7 +391,6 @@ def test_faults(tok):
 
 def test_control_result_frames_reach_their_waiter(tok):
     from tokenwire.messages.frames import encode_result_frame
-    from tokenwire.server.app import Runtime, ServerConfig
 
     async def main():
         rt = Runtime(tok, SyntheticEngine(tok), ServerConfig())
@@ -417,7 +425,7 @@ TOOLS = [{"type": "function", "function": {"name": "get_weather", "parameters": 
 
 
 def test_tool_calling_history_renders_as_the_template_expects(tok):
-    plan = api.parse_chat({"messages": TOOL_HISTORY, "tools": TOOLS}, tok, "m")
+    plan = parse_chat({"messages": TOOL_HISTORY, "tools": TOOLS}, tok, "m")
     text = tok.decode(plan.prompts[0], skip_special_tokens=False)
     assert text.startswith("<|im_start|>system\nBe brief.\n\n# Tools\n")
     assert text.endswith(
@@ -496,15 +504,15 @@ ANNOTATIONS = {
 
 
 def test_unknown_fields_are_ignored_and_logged_once_per_name(tok, caplog, monkeypatch):
-    monkeypatch.setattr(api, "_warned", set())
+    monkeypatch.setattr(fields, "_warned", set())
     body = {"prompt": "x", "return_routed_experts": True, "stream_output": True} | ANNOTATIONS
     with caplog.at_level("WARNING", logger="tokenwire.server"):
-        api.parse_completion(body, tok, "m")
-        api.parse_completion(body, tok, "m")
+        parse_completion(body, tok, "m")
+        parse_completion(body, tok, "m")
         chat = {k: v for k, v in body.items() if k != "prompt"}
-        api.parse_chat({"messages": [{"role": "user", "content": "x"}], **chat}, tok, "m")
-        api.parse_generate({"text": "x", "return_routed_experts": True, "bogus": 1}, tok, "m")
-        api.parse_completion(
+        parse_chat({"messages": [{"role": "user", "content": "x"}], **chat}, tok, "m")
+        parse_generate({"text": "x", "return_routed_experts": True, "bogus": 1}, tok, "m")
+        parse_completion(
             {"prompt": "x", "stream": True, "stream_options": {"include_usage": True, "z": 1}},
             tok,
             "m",
@@ -536,36 +544,34 @@ def test_unknown_fields_are_ignored_and_logged_once_per_name(tok, caplog, monkey
 def test_known_fields_with_values_we_cannot_honour_are_400s(tok, extra, param):
     body = {"messages": [{"role": "user", "content": "x"}], "stream": True} | extra
     with pytest.raises(ValidationError) as info:
-        api.parse_chat(body, tok, "m")
+        parse_chat(body, tok, "m")
     assert info.value.param == param
 
 
 def test_request_id_priority_and_token_id_flag(tok):
-    plan = api.parse_completion(
+    plan = parse_completion(
         {"prompt": "x", "request_id": "my-req", "priority": -3, "return_tokens_as_token_ids": True},
         tok,
         "m",
     )
-    assert plan.id == "my-req" and plan.openai_head(chunk=False)["id"] == "cmpl-my-req"
+    assert plan.id == "my-req" and openai_head(plan, chunk=False)["id"] == "cmpl-my-req"
     assert plan.priority == -3 and plan.return_tokens_as_token_ids
-    chat = api.parse_chat(
+    chat = parse_chat(
         {"messages": [{"role": "user", "content": "x"}], "request_id": "c1"}, tok, "m"
     )
-    assert chat.openai_head(chunk=True)["id"] == "chatcmpl-c1" and chat.priority == 0
-    assert api.parse_generate({"text": "x", "priority": 7}, tok, "m").priority == 7
+    assert openai_head(chat, chunk=True)["id"] == "chatcmpl-c1" and chat.priority == 0
+    assert parse_generate({"text": "x", "priority": 7}, tok, "m").priority == 7
 
 
 def test_truncate_prompt_tokens_keeps_the_end(tok):
     ids = tok.encode("one two three four five six seven")
-    plan = api.parse_completion({"prompt": ids, "truncate_prompt_tokens": 3}, tok, "m")
+    plan = parse_completion({"prompt": ids, "truncate_prompt_tokens": 3}, tok, "m")
     assert plan.prompts == [ids[-3:]]
-    plan = api.parse_completion(
-        {"prompt": ["a b c d e", ids], "truncate_prompt_tokens": 2}, tok, "m"
-    )
+    plan = parse_completion({"prompt": ["a b c d e", ids], "truncate_prompt_tokens": 2}, tok, "m")
     assert plan.prompts == [tok.encode("a b c d e")[-2:], ids[-2:]]
-    plan = api.parse_completion({"prompt": ids, "truncate_prompt_tokens": -1}, tok, "m")
+    plan = parse_completion({"prompt": ids, "truncate_prompt_tokens": -1}, tok, "m")
     assert plan.prompts == [ids]
-    chat = api.parse_chat(
+    chat = parse_chat(
         {"messages": [{"role": "user", "content": "Hello"}], "truncate_prompt_tokens": 3}, tok, "m"
     )
     assert tok.decode(chat.prompts[0], skip_special_tokens=False) == "<|im_start|>assistant\n"
@@ -576,13 +582,13 @@ def test_continue_final_message_leaves_the_last_message_open(tok):
         {"role": "user", "content": "Count to three."},
         {"role": "assistant", "content": "One, two,"},
     ]
-    plan = api.parse_chat({"messages": messages, "continue_final_message": True}, tok, "m")
+    plan = parse_chat({"messages": messages, "continue_final_message": True}, tok, "m")
     text = tok.decode(plan.prompts[0], skip_special_tokens=False)
     assert text.endswith("<|im_start|>assistant\n<think>\n\n</think>\n\nOne, two,")
-    closed = api.parse_chat({"messages": messages, "add_generation_prompt": False}, tok, "m")
+    closed = parse_chat({"messages": messages, "add_generation_prompt": False}, tok, "m")
     assert tok.decode(closed.prompts[0], skip_special_tokens=False).endswith("two,<|im_end|>\n")
     with pytest.raises(ValidationError, match="final message is empty"):
-        api.parse_chat(
+        parse_chat(
             {
                 "messages": [*messages[:1], {"role": "assistant", "content": ""}],
                 "continue_final_message": True,
@@ -615,7 +621,7 @@ def test_continue_final_message_with_a_template_that_loops_over_content(tok, con
         {"role": "assistant", "content": content},
     ]
     body = {"messages": messages, "continue_final_message": True}
-    plan = api.parse_chat(body, tok, "m", features=features)
+    plan = parse_chat(body, tok, "m", features=features)
     text = tok.decode(plan.prompts[0], skip_special_tokens=False)
     assert text == "<user>Count to three.</user><assistant>" + opened
 
@@ -625,22 +631,22 @@ def test_reasoning_effort_reaches_the_template():
     msgs = normalize_messages([{"role": "user", "content": "x"}])
     body = {"reasoning_effort": "low"}
     assert (
-        render_chat(template, msgs, bos_token="", eos_token="", **api.chat_template_options(body))
+        render_chat(template, msgs, bos_token="", eos_token="", **chat_template_options(body))
         == "low|True"
     )
     body = {"reasoning_effort": "low", "chat_template_kwargs": {"reasoning_effort": "high"}}
     assert (
-        render_chat(template, msgs, bos_token="", eos_token="", **api.chat_template_options(body))
+        render_chat(template, msgs, bos_token="", eos_token="", **chat_template_options(body))
         == "high|True"
     )
     assert (
-        render_chat(template, msgs, bos_token="", eos_token="", **api.chat_template_options({}))
+        render_chat(template, msgs, bos_token="", eos_token="", **chat_template_options({}))
         == "unset|True"
     )
 
 
 def test_continuous_usage_chunks(tok):
-    plan = api.parse_completion(
+    plan = parse_completion(
         {
             "prompt": ["a b", "c"],
             "n": 2,
@@ -651,19 +657,19 @@ def test_continuous_usage_chunks(tok):
         "m",
     )
     assert plan.continuous_usage
-    w = api.ChunkWriter(plan, ())
+    w = ChunkWriter(plan, ())
     chunk = msgspec.json.decode(w.delta(2, "hi", 5)[6:])  # choice 2: the second prompt
     assert chunk["usage"] == {"prompt_tokens": 1, "completion_tokens": 5, "total_tokens": 6}
     final = msgspec.json.decode(w.final(1, "", FinishReason.length(7), 7)[6:])
     assert final["usage"]["prompt_tokens"] == 2 and final["usage"]["completion_tokens"] == 7
     # without include_usage, continuous_usage_stats asks for nothing (vLLM's rule)
-    plan = api.parse_completion(
+    plan = parse_completion(
         {"prompt": "x", "stream": True, "stream_options": {"continuous_usage_stats": True}},
         tok,
         "m",
     )
     assert not plan.continuous_usage and "usage" not in msgspec.json.decode(
-        api.ChunkWriter(plan, ()).delta(0, "x", 1)[6:]
+        ChunkWriter(plan, ()).delta(0, "x", 1)[6:]
     )
 
 
@@ -737,13 +743,12 @@ def _sse(raw: bytes) -> list[dict]:
 def _stream_events(tok, body: dict, batches: list[list]) -> list[dict]:
     """The SSE events an OpenAI stream writes for ``batches`` of ``(choice, item)`` pairs."""
     from tokenwire.messages.egress import EgressSink
-    from tokenwire.server.app import Runtime, ServerConfig, _OpenAIStreamer
 
     rt = Runtime(tok, SyntheticEngine(tok), ServerConfig())
-    parse = api.parse_chat if "messages" in body else api.parse_completion
+    parse = parse_chat if "messages" in body else parse_completion
     plan = parse(body | {"model": "m", "stream": True}, tok, "m")
     subs = [(f"r{k}", k // plan.n, EgressSink()) for k in range(plan.choices)]
-    streamer = _OpenAIStreamer(rt, plan, subs, tuple(tok.eos_token_ids))
+    streamer = OpenAIStreamer(rt, plan, subs, tuple(tok.eos_token_ids))
     return _sse(streamer.head() + b"".join(streamer.feed(batch) for batch in batches))
 
 
@@ -803,11 +808,10 @@ def test_chunks_with_logprobs_or_an_echo_are_not_merged(tok):
 
 def test_generate_stream_writes_the_newest_of_the_waiting_items(tok):
     from tokenwire.messages.egress import EgressSink, Error
-    from tokenwire.server.app import Runtime, ServerConfig, _GenerateStreamer
 
     rt = Runtime(tok, SyntheticEngine(tok), ServerConfig())
-    plan = api.parse_generate({"text": "hi", "stream": True}, tok, "m")
-    streamer = _GenerateStreamer(rt, plan, [("r0", 0, EgressSink())])
+    plan = parse_generate({"text": "hi", "stream": True}, tok, "m")
+    streamer = GenerateStreamer(rt, plan, [("r0", 0, EgressSink())])
     items = _items("r0", ["a", "b", "c", "d"], FinishReason.length(4))
 
     # Every chunk carries everything so far: of three waiting items, the newest says it all.
@@ -819,6 +823,6 @@ def test_generate_stream_writes_the_newest_of_the_waiting_items(tok):
         ("abcd", "length")
     ]
     # An error after waiting items: the text so far still goes out before it.
-    streamer = _GenerateStreamer(rt, plan, [("r0", 0, EgressSink())])
+    streamer = GenerateStreamer(rt, plan, [("r0", 0, EgressSink())])
     failed = _sse(streamer.feed([(0, items[0]), (0, items[1]), (0, Error(ValidationError("x")))]))
     assert [e.get("text") for e in failed] == ["ab", None]

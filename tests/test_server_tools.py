@@ -9,7 +9,7 @@ import openai
 import pytest
 
 from tokenwire.engine.synthetic import SyntheticConfig
-from tokenwire.server.features import Features
+from tokenwire.runtime import Features
 
 from test_server_e2e import MODEL, serve
 

@@ -10,7 +10,8 @@ import pytest
 from tokenwire import FinishReason
 from tokenwire.engine.synthetic import SyntheticConfig
 from tokenwire.messages.frames import LAYOUT_SGLANG_0_5_23
-from tokenwire.server import api
+from tokenwire.server.openai.chunks import reasoning_count, usage
+from tokenwire.server.streaming import matched_stop
 
 from test_server_e2e import MODEL, serve
 
@@ -37,19 +38,19 @@ def echo():
 
 
 def test_usage_helper():
-    assert api.usage(5, 2) == {"prompt_tokens": 5, "completion_tokens": 2, "total_tokens": 7}
-    assert api.usage(5, 2, 1, cached_tokens=3) == {
+    assert usage(5, 2) == {"prompt_tokens": 5, "completion_tokens": 2, "total_tokens": 7}
+    assert usage(5, 2, 1, cached_tokens=3) == {
         "prompt_tokens": 5,
         "completion_tokens": 2,
         "total_tokens": 7,
         "prompt_tokens_details": {"cached_tokens": 3},
         "completion_tokens_details": {"reasoning_tokens": 1},
     }
-    assert api.reasoning_count(0, None) is None and api.reasoning_count(0, 4) == 4
-    assert api.reasoning_count(2, 4) == 2
-    assert api.matched_stop(FinishReason.stop(7)) == 7
-    assert api.matched_stop(FinishReason.stop([1, 2])) == [1, 2]
-    assert api.matched_stop(FinishReason.length(3)) is None and api.matched_stop(None) is None
+    assert reasoning_count(0, None) is None and reasoning_count(0, 4) == 4
+    assert reasoning_count(2, 4) == 2
+    assert matched_stop(FinishReason.stop(7)) == 7
+    assert matched_stop(FinishReason.stop([1, 2])) == [1, 2]
+    assert matched_stop(FinishReason.length(3)) is None and matched_stop(None) is None
 
 
 def _reasoning(tok, n: int) -> int:

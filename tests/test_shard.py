@@ -571,7 +571,7 @@ def test_batched_hold_back_matches_brute_force_after_every_step(mode, monkeypatc
     strings, and a stop ends it where the first match ends. Candidates found in Python or with
     numpy, their ends looked up in the prefix table or run through their own automata, and each
     request checked on its own, all agree with brute force."""
-    import tokenwire.shard as shard_mod
+    import tokenwire.shard.fast_step as shard_mod
 
     if mode != "small":  # the candidates found with numpy
         monkeypatch.setattr(shard_mod, "_SMALL_STEP", 0)

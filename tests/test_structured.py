@@ -11,7 +11,7 @@ import pytest
 
 from tokenwire.engine.synthetic import SyntheticConfig, SyntheticEngine
 from tokenwire.messages.errors import ValidationError
-from tokenwire.server.structured import (
+from tokenwire.structured import (
     MAX_CHOICES,
     MAX_REGEX_BYTES,
     check_grammar_params,
@@ -232,7 +232,7 @@ def test_an_engine_that_constrains_gets_the_grammar(monkeypatch) -> None:
 def test_tool_choice_required_and_named_with_an_engine_that_constrains(monkeypatch) -> None:
     from test_server_tools import END, TOOLS
     from tokenwire.parsers.tools.forced import required_schema
-    from tokenwire.server.features import Features
+    from tokenwire.runtime import Features
 
     import test_server_e2e
 
@@ -280,7 +280,7 @@ def test_langchain_with_structured_output(monkeypatch) -> None:
     lc = pytest.importorskip("langchain_openai")
     from pydantic import BaseModel
 
-    from tokenwire.server.features import Features
+    from tokenwire.runtime import Features
 
     import test_server_e2e
 
@@ -309,7 +309,7 @@ def test_openai_client_parse(monkeypatch) -> None:
     response_format from the synthetic engine, the parsed object from one that constrains."""
     from pydantic import BaseModel
 
-    from tokenwire.server.features import Features
+    from tokenwire.runtime import Features
 
     import test_server_e2e
 

@@ -9,7 +9,7 @@ from tokenwire import FinishReason, SamplingParams, ValidationError
 from tokenwire.engine import EngineRequest
 from tokenwire.engine.vllm import protocol as wire
 from tokenwire.engine.vllm.client import check_vllm_params
-from tokenwire.engine.vllm.frontend import settings_from_args
+from tokenwire.entrypoints.vllm_frontend import settings_from_args
 
 EOS = wire.EngineEos(151645, (151643,))
 

@@ -2,6 +2,6 @@
 
 import sys
 
-from tokenwire.cli import main
+from tokenwire.entrypoints.cli import main
 
 sys.exit(main())

@@ -6,18 +6,17 @@ import json
 import lzma
 import os
 import threading
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Hashable, Iterable, Sequence
 from importlib import resources
-from typing import TYPE_CHECKING, Any
+from typing import Any, TypeVar
 
 import tokenizers
 
 from tokenwire.messages.errors import DecodeError, TokenizeError, ValidationError
 
-if TYPE_CHECKING:
-    from tokenwire.detok.tables import DecodeTable
-
 __all__ = ["DEFAULT_TOKENIZER_NAME", "Tokenizer"]
+
+T = TypeVar("T")
 
 DEFAULT_TOKENIZER_NAME = "Qwen/Qwen3-0.6B"
 _DEFAULT_DIR = "qwen3"
@@ -133,7 +132,7 @@ class Tokenizer:
         self.max_model_len: int | None = ctx
         self.add_bos_token: bool = bool(self.config.get("add_bos_token", False))
 
-        self._tables: dict[bool, DecodeTable | None] = {}
+        self._derived: dict[Hashable, Any] = {}
         self._single: dict[bool, list[str]] = {}
         self._window_memo: dict[bool, dict[tuple[int, ...], str]] = {True: {}, False: {}}
         self._generic_shared: dict[bool, Any] = {}
@@ -318,22 +317,19 @@ class Tokenizer:
                     param=field,
                 )
 
-    # ---- fast decode tables ----------------------------------------------------------------------
+    # ---- tables derived from the vocabulary -----------------------------------------------------
 
-    def decode_table(self, skip_special_tokens: bool = True) -> DecodeTable | None:
-        """The precomputed per-token decode table, or None when this tokenizer's decoder is not
-        context-independent (or the table failed its self-check against ``decode``)."""
-        key = bool(skip_special_tokens)
+    def derived(self, key: Hashable, build: Callable[[Tokenizer], T]) -> T:
+        """A value derived from this tokenizer (a decode table, say), built once by
+        ``build(self)`` (thread-safe) and kept as long as the tokenizer."""
         try:
-            return self._tables[key]
+            return self._derived[key]
         except KeyError:
             pass
-        from tokenwire.detok.tables import build_decode_tables
-
         with self._tables_lock:
-            if key not in self._tables:
-                self._tables.update(build_decode_tables(self))  # both, for about one's price
-            return self._tables[key]
+            if key not in self._derived:
+                self._derived[key] = build(self)
+            return self._derived[key]
 
     def single_token_texts(self, skip_special_tokens: bool = True) -> list[str]:
         """``decode([id])`` for every tokenizer id (computed once, in one batch call)."""

@@ -26,8 +26,8 @@ import uvicorn
 
 from tokenwire import Tokenizer
 from tokenwire.engine.synthetic import SyntheticConfig, SyntheticEngine
+from tokenwire.runtime import Features
 from tokenwire.server import ServerConfig, create_app
-from tokenwire.server.features import Features
 
 HERE = Path(__file__).resolve().parent
 MODEL = "Qwen/Qwen3-0.6B"

@@ -39,13 +39,13 @@ def test_malformed_frame_aborts_the_request_in_the_engine():
 
 
 def test_a_handler_failing_unplanned_ends_its_requests_in_the_engine(monkeypatch):
-    from tokenwire.server import app as app_module
+    from tokenwire.server import streaming
 
     def broken(*args, **kwargs):
         raise RuntimeError("a bug in response shaping")
 
     # The first choice to finish trips the bug while the other is still being decoded.
-    monkeypatch.setattr(app_module, "_count_finish", broken)
+    monkeypatch.setattr(streaming, "count_finish", broken)
     with serve(SyntheticConfig(step_time=0.01)) as s:
         body = {"model": MODEL, "prompt": "Hi", "max_tokens": 3000, "n": 2, "seed": 1}
         body["stop_token_ids"] = []

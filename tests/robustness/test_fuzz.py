@@ -20,15 +20,17 @@ from hypothesis import strategies as st
 
 from tokenwire.engine.synthetic import SyntheticConfig, SyntheticEngine
 from tokenwire.messages.sampling import _INPUT_FIELDS
-from tokenwire.server import ServerConfig, api, create_app
+from tokenwire.server import ServerConfig, create_app
+from tokenwire.server import generate as sglang
+from tokenwire.server.openai import parse as openai_parse
 
 from asgi_client import call
 from conftest import examples, real_tokenizer
 
 ROUTES = {
-    "/v1/completions": sorted(api._COMPLETION_KEYS | {"truncate_prompt_tokens"}),
-    "/v1/chat/completions": sorted(api._CHAT_KEYS | {"truncate_prompt_tokens"}),
-    "/generate": sorted(api._GENERATE_KEYS),
+    "/v1/completions": sorted(openai_parse._COMPLETION_KEYS | {"truncate_prompt_tokens"}),
+    "/v1/chat/completions": sorted(openai_parse._CHAT_KEYS | {"truncate_prompt_tokens"}),
+    "/generate": sorted(sglang._GENERATE_KEYS),
     "/tokenize": ["prompt", "messages", "add_special_tokens", "model", "return_token_strs"],
     "/detokenize": ["tokens", "model"],
 }

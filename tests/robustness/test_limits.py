@@ -7,9 +7,10 @@ import json
 
 import pytest
 
+from tokenwire.context_length import max_prompt_chars
 from tokenwire.engine.synthetic import SyntheticConfig, SyntheticEngine
 from tokenwire.server import ServerConfig, create_app
-from tokenwire.server.limits import OFFLOAD_BYTES, max_prompt_chars
+from tokenwire.server.limits import OFFLOAD_BYTES
 
 from asgi_client import call
 from conftest import real_tokenizer

@@ -14,6 +14,7 @@ from collections.abc import Iterable, Sequence
 import numpy as np
 
 from tokenwire.detok.stream import DecodeStream
+from tokenwire.detok.tables import decode_table
 from tokenwire.messages.errors import DecodeError
 from tokenwire.tokenizer import Tokenizer
 
@@ -45,7 +46,7 @@ class DecodeBatch:
     ) -> None:
         self.tokenizer = tokenizer
         self.skip_special_tokens = skip_special_tokens
-        table = tokenizer.decode_table(skip_special_tokens) if fast is not False else None
+        table = decode_table(tokenizer, skip_special_tokens) if fast is not False else None
         self._table = table
         self._streams: list[DecodeStream | None] = []
         self._free: list[int] = []

@@ -7,7 +7,15 @@ from codecs import utf_8_decode as _utf8_decode
 from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING, Any
 
-from tokenwire.detok.tables import BYTE, BYTELEVEL, EMPTY, UNKNOWN, DecodeTable, utf8_feed
+from tokenwire.detok.tables import (
+    BYTE,
+    BYTELEVEL,
+    EMPTY,
+    UNKNOWN,
+    DecodeTable,
+    decode_table,
+    utf8_feed,
+)
 from tokenwire.messages.errors import DecodeError
 
 if TYPE_CHECKING:
@@ -97,7 +105,7 @@ class DecodeStream:
         tolist = getattr(prompt_token_ids, "tolist", None)  # numpy arrays
         self._prompt: list[int] = tolist() if tolist is not None else list(prompt_token_ids)
         self._skip = skip_special_tokens
-        table = tokenizer.decode_table(skip_special_tokens) if fast is not False else None
+        table = decode_table(tokenizer, skip_special_tokens) if fast is not False else None
         if fast and table is None:
             raise ValueError(f"{tokenizer.name} has no fast decode table")
         self._table: DecodeTable | None = table

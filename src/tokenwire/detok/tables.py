@@ -33,6 +33,7 @@ __all__ = [
     "UNKNOWN",
     "DecodeTable",
     "build_decode_table",
+    "decode_table",
     "build_decode_tables",
 ]
 
@@ -322,6 +323,12 @@ def build_decode_tables(tok: Tokenizer) -> dict[bool, DecodeTable | None]:
         False: kept if problem is None else None,
         True: skipped if skip_problem is None else None,
     }
+
+
+def decode_table(tok: Tokenizer, skip_special_tokens: bool = True) -> DecodeTable | None:
+    """``tok``'s precomputed per-token decode table, built once per tokenizer, or None when its
+    decoder is not context-independent (or the table failed its self-check against ``decode``)."""
+    return tok.derived("decode_tables", build_decode_tables)[bool(skip_special_tokens)]
 
 
 def build_decode_table(tok: Tokenizer, *, skip_special_tokens: bool) -> DecodeTable | None:

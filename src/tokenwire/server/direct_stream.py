@@ -1,6 +1,6 @@
 """A one-choice streamed response written from its sink's wake-up callback.
 
-The general streaming loop (``App._stream``) runs a task per response that waits on its sink,
+The general streaming loop (``streaming.stream``) runs a task per response that waits on its sink,
 wakes for each decode step, formats the step's items and awaits an ASGI ``send``. Over
 tokenwire's own connection protocol (which gives each request a ``BodyWriter``) a response with
 one choice skips all of that: its sink calls ``DirectStream.on_items`` from the one loop callback

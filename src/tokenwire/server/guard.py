@@ -14,7 +14,8 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from tokenwire.messages.errors import InternalError, TokenwireError
-from tokenwire.server import api
+from tokenwire.server.errors import error_body
+from tokenwire.server.http import SSE_DONE, encode, sse
 
 __all__ = ["guarded", "json_response", "GENERIC_ERROR"]
 
@@ -62,13 +63,13 @@ async def guarded(
 ) -> None:
     """Run ``handler``; should it raise, answer the client as well as the response so far allows
     (``on_error`` hears of it, for metrics)."""
-    started = sse = done = False
+    started = is_sse = done = False
 
     async def tracked(message: dict) -> None:
-        nonlocal started, sse, done
+        nonlocal started, is_sse, done
         if message["type"] == "http.response.start":
             started = True
-            sse = any(
+            is_sse = any(
                 k.lower() == b"content-type" and v.startswith(b"text/event-stream")
                 for k, v in message.get("headers", ())
             )
@@ -87,8 +88,8 @@ async def guarded(
             on_error(err)
         with contextlib.suppress(Exception):
             if not started:
-                for message in json_response(err.status, api.encode(api.error_body(err))):
+                for message in json_response(err.status, encode(error_body(err))):
                     await send(message)
             else:
-                tail = api.sse(api.error_body(err)) + api.SSE_DONE if sse else b""
+                tail = sse(error_body(err)) + SSE_DONE if is_sse else b""
                 await send({"type": "http.response.body", "body": tail, "more_body": False})

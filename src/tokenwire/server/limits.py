@@ -7,15 +7,11 @@
 - Bodies past ``OFFLOAD_BYTES`` are decoded and parsed (tokenized, templates rendered) in a worker
   thread, so a 2-million-character prompt does not stall every other stream and ``/health``
   (the Hugging Face tokenizer releases the GIL).
-- ``max_prompt_chars``: a text that must tokenize to more tokens than the context holds is refused
-  before it is tokenized.
 """
 
 from __future__ import annotations
 
 import asyncio
-import functools
-import json
 from collections.abc import Callable
 from typing import Any, TypeVar
 
@@ -27,7 +23,6 @@ from tokenwire.messages.errors import (
     RequestTimeoutError,
     ValidationError,
 )
-from tokenwire.tokenizer import Tokenizer
 
 __all__ = [
     "DEFAULT_BODY_TIMEOUT",
@@ -35,7 +30,6 @@ __all__ = [
     "OFFLOAD_BYTES",
     "bounded_receive",
     "check_content_length",
-    "max_prompt_chars",
     "parse_body",
 ]
 
@@ -135,50 +129,3 @@ async def parse_body(receive: Any, parse: Callable[[Any], T]) -> T:
         return parse(decode_json(raw))
     loop = asyncio.get_running_loop()
     return await loop.run_in_executor(None, lambda: parse(decode_json(raw)))
-
-
-# Pre-tokenizer and normalizer steps that never drop input characters (so every token covers at
-# most its own length of the input), and normalizers that shrink text by at most 4x (Unicode
-# composition, at most a few code points into one).
-_LOSSLESS_PRE = {"ByteLevel", "Metaspace", "Digits", "Punctuation", "Split"}
-_SHRINKING_NORMALIZERS = {"NFC", "NFKC", "NFD", "NFKD", "Lowercase", "Prepend"}
-
-
-def _steps(node: dict | None, key: str) -> list[dict]:
-    if node is None:
-        return []
-    if node.get("type") == "Sequence":
-        return [s for child in node.get(key, []) for s in _steps(child, key)]
-    return [node]
-
-
-def _spec(component: Any) -> dict | None:
-    return None if component is None else json.loads(component.__getstate__())
-
-
-@functools.lru_cache(maxsize=16)
-def _chars_per_token(tok: Tokenizer) -> int | None:
-    """(Scans the vocabulary: a fraction of a second, once; ``Runtime.start`` warms it.)"""
-    hf = tok.hf
-    pre = _steps(_spec(hf.pre_tokenizer), "pretokenizers")
-    if any(
-        p.get("type") not in _LOSSLESS_PRE
-        or (p.get("type") == "Split" and p.get("behavior") == "Removed")
-        for p in pre
-    ):
-        return None
-    norms = _steps(_spec(hf.normalizer), "normalizers")
-    if any(n.get("type") not in _SHRINKING_NORMALIZERS for n in norms):
-        return None
-    longest = max(len(t) for t in hf.get_vocab(with_added_tokens=True))
-    return longest * (4 if norms else 1)
-
-
-def max_prompt_chars(tok: Tokenizer) -> int | None:
-    """Characters past which a text cannot tokenize to fewer tokens than the context length
-    (None when the context length is unknown, or the tokenizer may drop input characters)."""
-    limit = tok.max_model_len
-    if not limit:
-        return None
-    per = _chars_per_token(tok)
-    return None if per is None else limit * per

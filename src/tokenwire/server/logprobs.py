@@ -15,6 +15,7 @@ import codecs
 from collections.abc import Sequence
 from typing import Any
 
+from tokenwire.detok.tables import decode_table
 from tokenwire.messages.errors import ValidationError
 from tokenwire.tokenizer import Tokenizer
 
@@ -44,7 +45,7 @@ class TokenStrings:
     def __init__(self, tok: Tokenizer, *, as_ids: bool = False) -> None:
         self.tok = tok
         self.as_ids = as_ids
-        self._table = tok.decode_table(False)
+        self._table = decode_table(tok, False)
         self._cache: dict[int, tuple[str, list[int]]] = {}
 
     def get(self, token_id: int) -> tuple[str, list[int]]:

@@ -33,7 +33,8 @@ import uvicorn
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
 from tokenwire.messages.errors import QueueFullError, RequestTimeoutError, ValidationError
-from tokenwire.server import api
+from tokenwire.server.errors import error_body
+from tokenwire.server.http import encode
 
 __all__ = [
     "BODY_WRITER",
@@ -119,7 +120,7 @@ class BodyWriter:
 
 
 def _raw_response(status: int, reason: str, err: Any) -> bytes:
-    body = api.encode(api.error_body(err))
+    body = encode(error_body(err))
     return (
         f"HTTP/1.1 {status} {reason}\r\ncontent-type: application/json\r\n"
         f"content-length: {len(body)}\r\nconnection: close\r\n\r\n"

@@ -1,22 +1,39 @@
-"""The utility routes clients and dashboards call besides generation, as plain functions (no I/O):
-vLLM's ``/tokenize`` and ``/detokenize``, ``/version``, SGLang's ``/get_model_info``,
-``/get_server_info`` and ``/abort_request``. Each takes the parsed JSON body and returns the JSON
-answer, or raises a ``TokenwireError`` naming the field."""
+"""The routes clients and dashboards call besides generation: ``/v1/models``, ``/health``,
+``/metrics``, vLLM's ``/tokenize``, ``/detokenize`` and ``/version``, SGLang's
+``/get_model_info``, ``/get_server_info`` and ``/abort_request``. Each answer is a plain function
+of the parsed JSON body (no I/O) that returns the JSON answer or raises a ``TokenwireError``
+naming the field; the handlers at the end send them."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from tokenwire import __version__
-from tokenwire.messages.errors import ValidationError
-from tokenwire.server.api import check_model, render_conversation, warn_unknown_fields
-from tokenwire.server.features import DEFAULT_FEATURES, Features
+from tokenwire.messages.errors import (
+    ClientDisconnected,
+    QueueFullError,
+    TokenwireError,
+    ValidationError,
+)
+from tokenwire.runtime import DEFAULT_FEATURES, Features
+from tokenwire.server import limits
+from tokenwire.server.fields import check_model, warn_unknown_fields
+from tokenwire.server.http import encode, read_json, respond, send_error
+from tokenwire.server.openai.parse import render_conversation
 from tokenwire.tokenizer import Tokenizer
 
+if TYPE_CHECKING:
+    from tokenwire.server.app import App, Handler
+
 __all__ = [
+    "ROUTES",
     "AbortRequest",
+    "ServerFacts",
+    "model",
     "tokenize",
     "detokenize",
     "version",
@@ -167,3 +184,137 @@ def parse_abort(body: Any) -> AbortRequest:
     if not isinstance(rid, str) or (not rid and not abort_all):
         raise ValidationError("rid must be a non-empty string (or set abort_all)", param="rid")
     return AbortRequest(rid, abort_all)
+
+
+# ---- the handlers --------------------------------------------------------------------------------
+
+
+def model_card(app: App) -> dict[str, Any]:
+    """The served model, as ``/v1/models`` lists it."""
+    rt = app.runtime
+    return {
+        "id": app.config.model_name,
+        "object": "model",
+        "created": 0,
+        "owned_by": "tokenwire",
+        "root": app.config.model_name,
+        "parent": None,
+        "max_model_len": rt.tokenizer.max_model_len,
+    }
+
+
+async def _models(app: App, receive: Any, send: Any) -> None:
+    await respond(send, 200, encode({"object": "list", "data": [model_card(app)]}))
+
+
+async def model(app: App, model_id: str, send: Any) -> None:
+    """``GET /v1/models/{id}``: the model's card, or OpenAI's 404 ``model_not_found``."""
+    try:
+        check_model(model_id, app.config.model_name)
+    except TokenwireError as err:
+        await send_error(app.runtime.metrics, send, err, "models")
+        return
+    await respond(send, 200, encode(model_card(app)))
+
+
+async def _health(app: App, receive: Any, send: Any) -> None:
+    if app.runtime.engine.alive:
+        await respond(send, 200, b'{"status":"ok"}')
+    else:
+        await send_error(
+            app.runtime.metrics, send, QueueFullError("the engine is not running"), "health"
+        )
+
+
+async def _json_route(
+    app: App,
+    receive: Any,
+    send: Any,
+    route: str,
+    answer: Callable[[Any], Any],
+    *,
+    pure: bool = False,
+) -> None:
+    """A small JSON route: ``answer(body)`` for the request's JSON body (None for a GET);
+    a ``pure`` answer (no server state touched) runs off the event loop for a large body."""
+    try:
+        if receive is None:
+            out = answer(None)
+        elif pure:
+            out = await limits.parse_body(receive, answer)
+        else:
+            out = answer(await read_json(receive))
+    except ClientDisconnected:
+        return
+    except TokenwireError as err:
+        await send_error(app.runtime.metrics, send, err, route)
+        return
+    app.runtime.metrics.requests.labels(route, "200").inc()
+    await respond(send, 200, encode(out))
+
+
+async def _tokenize(app: App, receive: Any, send: Any) -> None:
+    rt = app.runtime
+    tok, name = rt.tokenizer, app.config.model_name
+    await _json_route(
+        app,
+        receive,
+        send,
+        "tokenize",
+        lambda body: tokenize(body, tok, name, rt.features),
+        pure=True,
+    )
+
+
+async def _detokenize(app: App, receive: Any, send: Any) -> None:
+    tok, name = app.runtime.tokenizer, app.config.model_name
+    await _json_route(
+        app, receive, send, "detokenize", lambda body: detokenize(body, tok, name), pure=True
+    )
+
+
+async def _version(app: App, receive: Any, send: Any) -> None:
+    await _json_route(app, None, send, "version", lambda _: version())
+
+
+async def _model_info(app: App, receive: Any, send: Any) -> None:
+    await _json_route(app, None, send, "info", lambda _: model_info(app.facts))
+
+
+async def _server_info(app: App, receive: Any, send: Any) -> None:
+    running = len(app.runtime.shard)
+    await _json_route(app, None, send, "info", lambda _: server_info(app.facts, running))
+
+
+async def _abort_request(app: App, receive: Any, send: Any) -> None:
+    def abort(body: Any) -> dict[str, Any]:
+        req = parse_abort(body)
+        return {"aborted": app.runtime.abort_requests(req.rid, abort_all=req.abort_all)}
+
+    await _json_route(app, receive, send, "abort", abort)
+
+
+async def _metrics(app: App, receive: Any, send: Any) -> None:
+    shared = app.runtime.shared_metrics
+    if shared is not None:  # several API-server processes: every one's counts, as of now
+        await shared.refresh()
+        body = shared.render()
+    else:
+        body = generate_latest(app.runtime.metrics.registry)
+    await respond(send, 200, body, [(b"content-type", CONTENT_TYPE_LATEST.encode())])
+
+
+ROUTES: dict[tuple[str, str], Handler] = {
+    ("GET", "/v1/models"): _models,
+    ("GET", "/health"): _health,
+    ("GET", "/metrics"): _metrics,
+    # vLLM's and SGLang's utility routes
+    ("POST", "/tokenize"): _tokenize,
+    ("POST", "/detokenize"): _detokenize,
+    ("GET", "/version"): _version,
+    ("GET", "/ping"): _health,
+    ("POST", "/ping"): _health,
+    ("GET", "/get_model_info"): _model_info,
+    ("GET", "/get_server_info"): _server_info,
+    ("POST", "/abort_request"): _abort_request,
+}

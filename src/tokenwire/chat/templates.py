@@ -2,7 +2,7 @@
 ``--chat-template`` (a file or the template itself) replaces the tokenizer's;
 ``--chat-template-content-format`` passes message content as a string or as OpenAI's list of
 parts; a request's own ``chat_template`` is honoured only with ``--trust-request-chat-template``.
-Every template renders in the jinja2 sandbox (``server.chat``)."""
+Every template renders in the jinja2 sandbox (``chat.render``)."""
 
 from __future__ import annotations
 

@@ -17,8 +17,9 @@ import itertools
 import logging
 import signal
 import time
-from dataclasses import dataclass
 
+from tokenwire.context_length import max_prompt_chars
+from tokenwire.detok.tables import decode_table
 from tokenwire.engine import (
     Engine,
     EngineRequest,
@@ -43,19 +44,13 @@ from tokenwire.messages.frames import (
     decode_error_frame,
     decode_result_frame,
 )
-from tokenwire.server import api
-from tokenwire.server.features import Features
-from tokenwire.server.limits import (
-    DEFAULT_BODY_TIMEOUT,
-    DEFAULT_MAX_REQUEST_BYTES,
-    max_prompt_chars,
-)
-from tokenwire.server.metrics import EngineCollector, Metrics, SharedMetrics
-from tokenwire.server.security import SecurityConfig
-from tokenwire.shard import DEFAULT_MAX_STALL, DetokShard
+from tokenwire.runtime.config import RuntimeConfig
+from tokenwire.runtime.metrics import EngineCollector, Metrics, SharedMetrics
+from tokenwire.runtime.plan import Plan
+from tokenwire.shard import DetokShard
 from tokenwire.tokenizer import Tokenizer
 
-__all__ = ["ServerConfig", "Runtime"]
+__all__ = ["Runtime"]
 
 log = logging.getLogger("tokenwire.runtime")
 
@@ -65,37 +60,10 @@ _METRICS_PERIOD = 1.0
 _WATCHDOG_PERIOD = 0.5
 
 
-@dataclass
-class ServerConfig:
-    """Server-level settings."""
-
-    model_name: str = "tokenwire"
-    max_concurrent_requests: int = 1024
-    sink_capacity: int = 64
-    #: Seconds a streaming client may read nothing while its sink is full before its request
-    #: is ended (None: never).
-    stall_timeout: float | None = DEFAULT_MAX_STALL
-    #: API key, content types and CORS.
-    security: SecurityConfig = dataclasses.field(default_factory=SecurityConfig)
-    #: Largest request body (413 past it; None: no limit).
-    max_request_bytes: int | None = DEFAULT_MAX_REQUEST_BYTES
-    #: Seconds a client has to send its body once its headers are in (408 past it).
-    body_timeout: float | None = DEFAULT_BODY_TIMEOUT
-    limits: api.RequestLimits = dataclasses.field(default_factory=api.RequestLimits)
-    #: Output parsing and the other OpenAI features (reasoning, tool calls...).
-    features: Features = dataclasses.field(default_factory=Features)
-    #: One log line per HTTP request (logger ``tokenwire.access``, level INFO).
-    access_log: bool = True
-    #: With several API-server processes: the directory where each shares its metrics, and
-    #: this one's index (``tokenwire serve --api-server-count``).
-    metrics_dir: str | None = None
-    worker_index: int = 0
-
-
 class Runtime:
     """Ties one tokenizer, one engine and the detok shard together (event-loop thread only)."""
 
-    def __init__(self, tokenizer: Tokenizer, engine: Engine, config: ServerConfig) -> None:
+    def __init__(self, tokenizer: Tokenizer, engine: Engine, config: RuntimeConfig) -> None:
         self.tokenizer = tokenizer
         self.engine = engine
         self.config = config
@@ -127,9 +95,9 @@ class Runtime:
     # ---- engine side -----------------------------------------------------------------------------
 
     async def start(self) -> None:
-        self.tokenizer.decode_table(True)  # build the fast tables before the first request
+        decode_table(self.tokenizer, True)  # build the fast tables before the first request
         max_prompt_chars(self.tokenizer)  # (a vocabulary scan)
-        self.tokenizer.decode_table(False)
+        decode_table(self.tokenizer, False)
         await self.engine.start(self.on_output)
         engine_len = getattr(self.engine, "max_model_len", None)
         if isinstance(engine_len, int) and engine_len > 0:
@@ -243,7 +211,7 @@ class Runtime:
 
     # ---- request side ----------------------------------------------------------------------------
 
-    def submit(self, plan: api.Plan) -> list[tuple[str, int, EgressSink]]:
+    def submit(self, plan: Plan) -> list[tuple[str, int, EgressSink]]:
         """Register and submit every choice of ``plan``: ``(rid, prompt index, sink)`` each."""
         if not self.engine.alive:
             raise QueueFullError("the engine is not running")

@@ -1,0 +1,48 @@
+"""``tokenwire mock-engine``: the synthetic engine behind the engine side of vLLM's EngineCore
+protocol, dialing a frontend's handshake address."""
+
+from __future__ import annotations
+
+import argparse
+
+from tokenwire.entrypoints.options import engine, operations
+from tokenwire.tokenizer import Tokenizer
+
+__all__ = ["add_arguments", "main"]
+
+
+def add_arguments(mock: argparse.ArgumentParser) -> None:
+    """The mock engine's flags."""
+    mock.add_argument(
+        "--handshake-address", required=True, help="the frontend's tcp://HOST:PORT to dial"
+    )
+    mock.add_argument(
+        "--data-parallel-rank", type=int, default=0, help="this engine's rank (default: 0)"
+    )
+    mock.add_argument(
+        "--tokenizer", default=None, help="the tokenizer (default: the bundled Qwen3 one)"
+    )
+    mock.add_argument(
+        "--max-model-len",
+        type=int,
+        default=None,
+        help="the context length it reports (default: the tokenizer's)",
+    )
+    engine.add_synthetic_arguments(mock)
+    operations.add_log_level(mock)
+
+
+def main(args: argparse.Namespace) -> int:
+    """Run the mock engine until its frontend goes."""
+    from tokenwire.engine.vllm.mock import run_mock_engine
+
+    operations.configure_logging(args)
+    tok = Tokenizer.from_pretrained(args.tokenizer) if args.tokenizer else Tokenizer.default()
+    run_mock_engine(
+        tok,
+        engine.synthetic_config(args),
+        args.handshake_address,
+        rank=args.data_parallel_rank,
+        max_model_len=args.max_model_len,
+    )
+    return 0

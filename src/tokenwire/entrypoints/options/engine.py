@@ -1,0 +1,235 @@
+"""Flags of the engine: the synthetic one (also ``tokenwire mock-engine``'s), vLLM engines
+spawned or dialing in over their EngineCore protocol, and several API-server processes over them;
+and the engines they describe."""
+
+from __future__ import annotations
+
+import argparse
+import shlex
+import sys
+from collections.abc import Callable
+from typing import Any
+
+from tokenwire.engine import Engine
+from tokenwire.engine.synthetic import SyntheticConfig
+from tokenwire.tokenizer import Tokenizer
+
+__all__ = [
+    "add_arguments",
+    "add_synthetic_arguments",
+    "mock_engine_args",
+    "synthetic_config",
+    "vllm_engine",
+    "vllm_engines",
+]
+
+
+def add_arguments(serve: argparse.ArgumentParser) -> None:
+    """``--engine`` and the flags of each engine, and ``--api-server-count``."""
+    serve.add_argument(
+        "--engine",
+        choices=["synthetic", "vllm"],
+        default="synthetic",
+        help="the engine to serve: the bundled synthetic one, or vLLM engines over their "
+        "EngineCore protocol (default: %(default)s)",
+    )
+    _add_vllm_arguments(serve)
+    _add_scaleout_arguments(serve)
+    add_synthetic_arguments(serve)
+
+
+def add_synthetic_arguments(parser: argparse.ArgumentParser) -> None:
+    """The synthetic engine's flags."""
+    parser.add_argument(
+        "--step-time-ms",
+        type=float,
+        default=20.0,
+        help="synthetic engine: milliseconds per decode step, 0 for as fast as possible "
+        "(default: %(default)s)",
+    )
+    parser.add_argument(
+        "--max-batch-size",
+        type=int,
+        default=256,
+        help="synthetic engine: requests decoded together (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--tokens-per-step",
+        type=int,
+        default=1,
+        help="synthetic engine: tokens per request per step, >1 mimics speculative decoding "
+        "(default: %(default)s)",
+    )
+    parser.add_argument(
+        "--synthetic-output",
+        choices=["replay", "echo", "random"],
+        default="replay",
+        help="synthetic engine: replay a realistic text, echo the prompt, or random ids "
+        "(default: %(default)s)",
+    )
+    parser.add_argument(
+        "--eos-prob",
+        type=float,
+        default=0.0,
+        help="synthetic engine: chance of EOS at each token (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--seed",
+        type=int,
+        default=0,
+        help="synthetic engine: base seed for output choices (default: %(default)s)",
+    )
+
+
+def _add_scaleout_arguments(serve: argparse.ArgumentParser) -> None:
+    serve.add_argument(
+        "--api-server-count",
+        type=int,
+        default=1,
+        help="API-server processes sharing the listening socket, each talking to every engine "
+        "(vLLM's topology; the synthetic engine then runs as tokenwire mock-engine processes, "
+        "one per --data-parallel-size) (default: %(default)s)",
+    )
+    # One API server in the supervisor's topology (engines in their own processes): the N = 1
+    # baseline of bench/scale.py. Set by the supervisor on the workers it starts (not for users).
+    serve.add_argument("--force-supervisor", action="store_true", help=argparse.SUPPRESS)
+    serve.add_argument("--worker-index", type=int, default=0, help=argparse.SUPPRESS)
+    serve.add_argument("--worker-fds", default=None, help=argparse.SUPPRESS)
+    serve.add_argument("--worker-metrics-dir", default=None, help=argparse.SUPPRESS)
+
+
+def _add_vllm_arguments(serve: argparse.ArgumentParser) -> None:
+    vllm = serve.add_argument_group("vLLM engine (--engine vllm)")
+    vllm.add_argument(
+        "--model",
+        default=None,
+        help="spawn a headless vLLM engine for this model directory or hub id (its tokenizer "
+        "is served unless --tokenizer says otherwise)",
+    )
+    vllm.add_argument(
+        "--vllm-command",
+        default="vllm",
+        help="the vLLM command to spawn, split like a shell line (default: %(default)s)",
+    )
+    vllm.add_argument(
+        "--vllm-arg",
+        action="append",
+        default=[],
+        metavar="ARG",
+        help="one more argument for the spawned vLLM (repeatable; write --vllm-arg=--flag "
+        "for arguments that start with a dash)",
+    )
+    vllm.add_argument(
+        "--handshake-address",
+        default=None,
+        help="instead of spawning: bind tcp://HOST:PORT and wait for headless engines started "
+        "elsewhere with vllm serve MODEL --headless --data-parallel-address HOST "
+        "--data-parallel-rpc-port PORT",
+    )
+    vllm.add_argument(
+        "--data-parallel-size",
+        type=int,
+        default=1,
+        help="vLLM engines (data-parallel ranks) to spawn or wait for (default: %(default)s)",
+    )
+    vllm.add_argument(
+        "--engine-start-timeout",
+        type=float,
+        default=900.0,
+        help="seconds to wait for the engines to be ready (default: %(default)s)",
+    )
+
+
+def synthetic_config(args: argparse.Namespace) -> SyntheticConfig:
+    """The synthetic engine's settings."""
+    return SyntheticConfig(
+        step_time=args.step_time_ms / 1000.0,
+        max_batch_size=args.max_batch_size,
+        tokens_per_step=args.tokens_per_step,
+        output=args.synthetic_output,
+        eos_prob=args.eos_prob,
+        seed=args.seed,
+    )
+
+
+def mock_engine_args(args: argparse.Namespace) -> list[str]:
+    """The ``tokenwire mock-engine`` arguments that run the synthetic engine as ``args`` set it
+    (one process per data-parallel rank, under several API-server processes)."""
+    out = [
+        "--synthetic-output", args.synthetic_output,
+        "--step-time-ms", str(args.step_time_ms),
+        "--max-batch-size", str(args.max_batch_size),
+        "--tokens-per-step", str(args.tokens_per_step),
+        "--eos-prob", str(args.eos_prob),
+        "--seed", str(args.seed),
+        "--log-level", args.log_level,
+    ]  # fmt: skip
+    if args.tokenizer:
+        out += ["--tokenizer", args.tokenizer]
+    if args.max_model_len is not None:
+        out += ["--max-model-len", str(args.max_model_len)]
+    return out
+
+
+def vllm_engines(args: argparse.Namespace) -> tuple[str, Any]:
+    """Where the vLLM engines dial in, and the headless child to spawn (``--model``) or None
+    (``--handshake-address``: they are started elsewhere)."""
+    from tokenwire.engine.vllm.launch import VllmLauncher, free_port
+
+    if args.handshake_address:
+        return args.handshake_address, None
+    if not args.model:
+        raise SystemExit("tokenwire: --engine vllm needs --model (spawn) or --handshake-address")
+    port = free_port()
+    extra = list(args.vllm_arg)
+    if args.max_model_len is not None and "--max-model-len" not in extra:
+        extra += ["--max-model-len", str(args.max_model_len)]
+    launcher = VllmLauncher(
+        args.model,
+        port=port,
+        command=shlex.split(args.vllm_command),
+        data_parallel_size=args.data_parallel_size,
+        extra_args=extra,
+    )
+    return f"tcp://127.0.0.1:{port}", launcher
+
+
+def vllm_engine(
+    args: argparse.Namespace, tok: Tokenizer, should_stop: Callable[[], bool]
+) -> Engine:
+    """The vLLM engine of ``serve --engine vllm``: spawned (``--model``) or attached
+    (``--handshake-address``)."""
+    from tokenwire.engine.vllm import VllmEngine, VllmEngineConfig
+
+    if args.data_parallel_size < 1:
+        raise SystemExit("tokenwire: --data-parallel-size must be at least 1")
+    if args.worker_fds:  # a worker of --api-server-count: the supervisor did the handshake
+        _listen, input_fd, output_fd = (int(x) for x in args.worker_fds.split(","))
+        return VllmEngine(
+            tok,
+            VllmEngineConfig(
+                data_parallel_size=args.data_parallel_size,
+                input_fd=input_fd,
+                output_fd=output_fd,
+                client_index=args.worker_index,
+                ready_timeout=args.engine_start_timeout,
+                should_stop=should_stop,
+            ),
+        )
+    address, launcher = vllm_engines(args)
+
+    def progress(line: str) -> None:
+        print(f"tokenwire: {line}", file=sys.stderr, flush=True)
+
+    return VllmEngine(
+        tok,
+        VllmEngineConfig(
+            handshake_address=address,
+            data_parallel_size=args.data_parallel_size,
+            ready_timeout=args.engine_start_timeout,
+            launcher=launcher,
+            progress=progress,
+            # SIGTERM/SIGINT while the engines start (minutes) stop the startup at once.
+            should_stop=should_stop,
+        ),
+    )

@@ -1,0 +1,85 @@
+"""Flags about model output (vLLM's names): chat templates, logprob bounds, and the reasoning
+and tool-call parsers; read into the runtime's ``Features``."""
+
+from __future__ import annotations
+
+import argparse
+
+from tokenwire.chat import CONTENT_FORMATS, load_chat_template
+from tokenwire.parsers import REASONING_PARSERS, TOOL_CALL_PARSERS
+from tokenwire.runtime.features import REASONING_FIELDS, Features
+
+__all__ = ["add_arguments", "features"]
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """The ``tokenwire serve`` options behind ``Features`` (vLLM's names)."""
+    chat = parser.add_argument_group("chat templates")
+    chat.add_argument(
+        "--chat-template",
+        default=None,
+        metavar="FILE_OR_INLINE",
+        help="a jinja2 chat template (a file, or the template itself) replacing the "
+        "tokenizer's; base models ship none",
+    )
+    chat.add_argument(
+        "--chat-template-content-format",
+        choices=CONTENT_FORMATS,
+        default="auto",
+        help="message content as the template gets it: a string, or OpenAI's list of parts; "
+        "auto looks at the template (default: %(default)s)",
+    )
+    chat.add_argument(
+        "--trust-request-chat-template",
+        action="store_true",
+        help="honour a request's own chat_template (otherwise it is a 400); it renders in the "
+        "jinja2 sandbox either way",
+    )
+    group = parser.add_argument_group("model output (reasoning, tool calls)")
+    group.add_argument(
+        "--max-logprobs",
+        type=int,
+        default=20,
+        help="most top logprobs a request may ask for per token; more is a 400 "
+        "(default: %(default)s)",
+    )
+    group.add_argument(
+        "--reasoning-parser",
+        choices=sorted(REASONING_PARSERS),
+        default=None,
+        help="split the model's thinking from its answer into message.reasoning",
+    )
+    group.add_argument(
+        "--reasoning-field",
+        choices=REASONING_FIELDS,
+        default="reasoning",
+        help="the message/delta field for the thinking text: vLLM's reasoning, SGLang's and "
+        "DeepSeek's reasoning_content, or both (default: %(default)s)",
+    )
+    group.add_argument(
+        "--tool-call-parser",
+        choices=sorted(TOOL_CALL_PARSERS),
+        default=None,
+        help="the model's tool-call markup, parsed into message.tool_calls",
+    )
+    group.add_argument(
+        "--enable-auto-tool-choice",
+        action="store_true",
+        help="parse tool calls the model chooses to make (tool_choice auto, the default when "
+        "a request has tools); needs --tool-call-parser",
+    )
+
+
+def features(args: argparse.Namespace) -> Features:
+    """``Features`` from parsed ``tokenwire serve`` options (``ValueError`` if inconsistent)."""
+    template = load_chat_template(args.chat_template) if args.chat_template else None
+    return Features(
+        reasoning_parser=args.reasoning_parser,
+        max_logprobs=args.max_logprobs,
+        reasoning_field=args.reasoning_field,
+        tool_call_parser=args.tool_call_parser,
+        enable_auto_tool_choice=args.enable_auto_tool_choice,
+        chat_template=template,
+        chat_template_content_format=args.chat_template_content_format,
+        trust_request_chat_template=args.trust_request_chat_template,
+    )

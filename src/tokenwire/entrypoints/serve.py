@@ -1,0 +1,143 @@
+"""``tokenwire serve``: the tokenizer, an engine and the HTTP server, put together from the flags
+and run until SIGTERM or SIGINT (or, with ``--api-server-count N``, the supervisor over N
+such processes)."""
+
+from __future__ import annotations
+
+import argparse
+import time
+from typing import Any
+
+from tokenwire.engine import Engine
+from tokenwire.entrypoints.options import engine, limits, operations, output, server
+from tokenwire.server import ServerConfig, create_app
+from tokenwire.server.serving import TokenwireServer, uvicorn_config
+
+__all__ = ["main", "run_server"]
+
+
+def main(args: argparse.Namespace, serve_args: list[str]) -> int:
+    """Serve as ``args`` say (``serve_args``: the flags as given, for the supervisor's workers)."""
+    if (args.api_server_count > 1 or args.force_supervisor) and not args.worker_fds:
+        return _supervise(args, serve_args)
+    return _serve(args)
+
+
+def _serve(args: argparse.Namespace) -> int:
+    started_at = time.perf_counter()
+    limits.check(args)
+    try:
+        features = output.features(args)
+    except ValueError as exc:
+        raise SystemExit(f"tokenwire: {exc}") from None
+    operations.apply(args)
+    tok, name = server.load_tokenizer(args)
+    holder: dict[str, Any] = {}
+
+    def should_stop() -> bool:
+        # SIGTERM/SIGINT while the engines start (minutes) stop the startup at once.
+        return bool(getattr(holder.get("server"), "should_exit", False))
+
+    eng: Engine
+    if args.engine == "vllm":
+        eng = engine.vllm_engine(args, tok, should_stop)
+    else:
+        from tokenwire.engine.synthetic import SyntheticEngine
+
+        eng = SyntheticEngine(tok, engine.synthetic_config(args))
+    app = create_app(
+        tok,
+        eng,
+        ServerConfig(
+            model_name=name,
+            max_concurrent_requests=args.max_concurrent_requests,
+            stall_timeout=args.stall_timeout or None,
+            max_request_bytes=args.max_request_bytes or None,
+            body_timeout=args.body_timeout or None,
+            limits=limits.request_limits(args),
+            features=features,
+            access_log=not args.disable_access_log,
+            security=server.security_config(args),
+            metrics_dir=args.worker_metrics_dir,
+            worker_index=args.worker_index,
+        ),
+    )
+    banner = (
+        f"tokenwire: serving {name!r} (vocab {tok.vocab_size}, model vocab {tok.model_vocab_size})"
+        f" on http://{args.host}:{args.port}"
+    )
+    where: dict[str, Any] = {"host": args.host, "port": args.port}
+    if args.worker_fds:  # a worker of --api-server-count: the supervisor's socket
+        where = {"fd": int(args.worker_fds.split(",")[0])}
+    config = uvicorn_config(
+        app,
+        limits.connection_limits(args),
+        **where,
+        log_level=args.log_level,
+        access_log=False,  # tokenwire's own, with durations
+    )
+    run_server(
+        config,
+        app,
+        args.shutdown_timeout,
+        banner if args.worker_index == 0 else "",
+        started_at,
+        holder,
+    )
+    return 0
+
+
+def _supervise(args: argparse.Namespace, serve_args: list[str]) -> int:
+    """``--api-server-count N``: the supervisor over N workers and the shared engines."""
+    from tokenwire.entrypoints.supervisor import SupervisorConfig, run_supervisor
+
+    operations.configure_logging(args)
+    if args.data_parallel_size < 1:
+        raise SystemExit("tokenwire: --data-parallel-size must be at least 1")
+    mock_args: list[str] = []
+    launcher = None
+    handshake = None
+    if args.engine == "synthetic":
+        mock_args = engine.mock_engine_args(args)
+    else:
+        handshake, launcher = engine.vllm_engines(args)
+    return run_supervisor(
+        SupervisorConfig(
+            serve_args=serve_args,
+            host=args.host,
+            port=args.port,
+            workers=args.api_server_count,
+            engines=args.data_parallel_size,
+            engine=args.engine,
+            mock_args=mock_args,
+            launcher=launcher,
+            handshake_address=handshake,
+            ready_timeout=args.engine_start_timeout,
+            shutdown_timeout=args.shutdown_timeout,
+        )
+    )
+
+
+def run_server(
+    config: Any,
+    app: Any,
+    shutdown_timeout: float,
+    banner: str,
+    started_at: float,
+    holder: dict[str, Any] | None = None,
+) -> None:
+    """Run the server (graceful shutdown within ``shutdown_timeout``), printing ``banner`` only
+    once the socket accepts connections (the server goes into ``holder["server"]``, for whoever
+    must know that it is asked to stop)."""
+
+    class Server(TokenwireServer):
+        async def startup(self, sockets: list | None = None) -> None:
+            await super().startup(sockets)
+            if self.started and banner:
+                took = time.perf_counter() - started_at
+                print(f"{banner} (ready in {took:.1f}s)", flush=True)
+
+    server = Server(config, app, shutdown_timeout)
+    if holder is not None:
+        holder["server"] = server
+    server.run()

@@ -1,0 +1,30 @@
+"""``RuntimeConfig``: the engine-facing settings of a server (the HTTP server's ``ServerConfig``
+adds its own to these)."""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+
+from tokenwire.runtime.features import Features
+from tokenwire.shard import DEFAULT_MAX_STALL
+
+__all__ = ["RuntimeConfig"]
+
+
+@dataclass
+class RuntimeConfig:
+    """How requests are admitted, delivered and counted."""
+
+    model_name: str = "tokenwire"
+    max_concurrent_requests: int = 1024
+    sink_capacity: int = 64
+    #: Seconds a streaming client may read nothing while its sink is full before its request
+    #: is ended (None: never).
+    stall_timeout: float | None = DEFAULT_MAX_STALL
+    #: Output parsing and the other OpenAI features (reasoning, tool calls...).
+    features: Features = dataclasses.field(default_factory=Features)
+    #: With several API-server processes: the directory where each shares its metrics, and
+    #: this one's index (``tokenwire serve --api-server-count``).
+    metrics_dir: str | None = None
+    worker_index: int = 0

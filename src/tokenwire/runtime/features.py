@@ -1,0 +1,68 @@
+"""``Features``: the server's options about model output (vLLM's names): which reasoning and
+tool-call parsers read it, where the thinking text goes, chat templates, logprob bounds, and
+whether the engine constrains decoding."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from tokenwire.chat import CONTENT_FORMATS
+from tokenwire.parsers import REASONING_PARSERS, TOOL_CALL_PARSERS
+
+__all__ = ["DEFAULT_FEATURES", "REASONING_FIELDS", "Features"]
+
+#: ``--reasoning-field`` choices: vLLM's current field, SGLang's/DeepSeek's, or both.
+REASONING_FIELDS = ("reasoning", "reasoning_content", "both")
+
+
+@dataclass(frozen=True)
+class Features:
+    """Server options about model output (``tokenwire serve`` flags, vLLM's names)."""
+
+    #: ``--reasoning-parser``: a name in ``REASONING_PARSERS``.
+    reasoning_parser: str | None = None
+    #: ``--reasoning-field``: where the thinking text goes in messages and deltas.
+    reasoning_field: str = "reasoning"
+    #: ``--tool-call-parser``: a name in ``TOOL_CALL_PARSERS``.
+    tool_call_parser: str | None = None
+    #: ``--enable-auto-tool-choice``: parse the model's own tool calls (``tool_choice: auto``).
+    enable_auto_tool_choice: bool = False
+    #: ``--max-logprobs``: most top logprobs a request may ask for per token (vLLM's 20).
+    max_logprobs: int = 20
+    #: Whether the engine constrains decoding (JSON schema, regex, grammar).
+    structured_outputs: bool = False
+    #: ``--chat-template``: replaces the tokenizer's template (the template text).
+    chat_template: str | None = None
+    #: ``--chat-template-content-format``: ``auto``, ``string`` or ``openai``.
+    chat_template_content_format: str = "auto"
+    #: ``--trust-request-chat-template``: a request's own ``chat_template`` is used.
+    trust_request_chat_template: bool = False
+
+    def __post_init__(self) -> None:
+        if self.reasoning_parser is not None and self.reasoning_parser not in REASONING_PARSERS:
+            raise ValueError(
+                f"reasoning parser must be one of {', '.join(REASONING_PARSERS)}, "
+                f"got {self.reasoning_parser!r}"
+            )
+        if self.tool_call_parser is not None and self.tool_call_parser not in TOOL_CALL_PARSERS:
+            raise ValueError(
+                f"tool-call parser must be one of {', '.join(TOOL_CALL_PARSERS)}, "
+                f"got {self.tool_call_parser!r}"
+            )
+        if self.reasoning_field not in REASONING_FIELDS:
+            raise ValueError(f"reasoning field must be one of {', '.join(REASONING_FIELDS)}")
+        if self.max_logprobs < 0:
+            raise ValueError("max logprobs must be at least 0")
+        if self.chat_template_content_format not in CONTENT_FORMATS:
+            raise ValueError(f"chat template content format must be one of {CONTENT_FORMATS}")
+        if self.enable_auto_tool_choice and self.tool_call_parser is None:
+            raise ValueError("--enable-auto-tool-choice needs --tool-call-parser")
+
+    def reasoning_fields(self) -> tuple[str, ...]:
+        """The message/delta keys the thinking text goes under."""
+        if self.reasoning_field == "both":
+            return ("reasoning", "reasoning_content")
+        return (self.reasoning_field,)
+
+
+DEFAULT_FEATURES = Features()

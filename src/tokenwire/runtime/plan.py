@@ -1,0 +1,59 @@
+"""``Plan``: what one HTTP request asks the engine for, whatever its API: prompts as token ids,
+one normalized, verified ``SamplingParams``, and how the answer is to be shaped."""
+
+from __future__ import annotations
+
+import time
+import uuid
+from dataclasses import dataclass, field
+
+from tokenwire.messages.sampling import SamplingParams
+from tokenwire.parsers.output import OutputSpec
+
+__all__ = ["Plan"]
+
+
+@dataclass
+class Plan:
+    """What one HTTP request asks the engine for."""
+
+    route: str  # "completion" | "chat" | "generate"
+    prompts: list[list[int]]
+    params: SamplingParams
+    n: int = 1
+    stream: bool = False
+    include_usage: bool = False
+    model: str = ""
+    rids: list[str] | None = None  # /generate: the client's request ids
+    batch: bool = False  # /generate: the input was a list
+    #: Scheduling priority for the engine (vLLM's: lower is sooner).
+    priority: int = 0
+    #: ``stream_options.continuous_usage_stats`` (with ``include_usage``): usage in every chunk.
+    continuous_usage: bool = False
+    #: vLLM's ``return_tokens_as_token_ids``: logprob tokens as ``"token_id:{id}"``.
+    return_tokens_as_token_ids: bool = False
+    #: Completions ``echo``: each prompt's text, given back before its output.
+    echo: list[str] | None = None
+    #: ``/generate`` ``return_logprob``: ``(logprob_start_len, top_logprobs_num,
+    #: return_text_in_logprobs)``.
+    sglang_logprobs: tuple[int, int, bool] | None = None
+    #: vLLM's ``prompt_logprobs`` was asked for (the response carries them).
+    prompt_logprobs: bool = False
+    #: Chat: how outputs are parsed (reasoning, tool calls), None for plain text.
+    output: OutputSpec | None = None
+    #: Chat: ``parallel_tool_calls: false`` keeps only the first call.
+    parallel_tool_calls: bool = True
+    #: Chat: the message/delta keys the reasoning text goes under.
+    reasoning_fields: tuple[str, ...] = ("reasoning",)
+    id: str = field(default_factory=lambda: uuid.uuid4().hex)
+    created: int = field(default_factory=lambda: int(time.time()))
+
+    @property
+    def choices(self) -> int:
+        return len(self.prompts) * self.n
+
+    @property
+    def prompt_tokens(self) -> int:
+        """Prompt tokens of the request: each prompt counted once, whatever ``n`` (as OpenAI and
+        vLLM count them)."""
+        return sum(len(p) for p in self.prompts)

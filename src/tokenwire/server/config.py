@@ -1,0 +1,40 @@
+"""``ServerConfig``: a server's settings: the runtime's (``RuntimeConfig``) and the HTTP
+server's own (security, request body limits, per-request bounds, the access log)."""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+
+from tokenwire.messages.sampling import DEFAULT_MAX_STOP_STR_LEN
+from tokenwire.runtime import RuntimeConfig
+from tokenwire.server.limits import DEFAULT_BODY_TIMEOUT, DEFAULT_MAX_REQUEST_BYTES
+from tokenwire.server.security import SecurityConfig
+
+__all__ = ["DEFAULT_LIMITS", "RequestLimits", "ServerConfig"]
+
+
+@dataclass(frozen=True)
+class RequestLimits:
+    """Server-wide bounds on what one request may ask (each a 400 naming the field past it)."""
+
+    #: Longest stop string, in UTF-8 bytes.
+    max_stop_str_len: int = DEFAULT_MAX_STOP_STR_LEN
+
+
+DEFAULT_LIMITS = RequestLimits()
+
+
+@dataclass
+class ServerConfig(RuntimeConfig):
+    """Server-level settings: the runtime's, and the HTTP server's."""
+
+    #: API key, content types and CORS.
+    security: SecurityConfig = dataclasses.field(default_factory=SecurityConfig)
+    #: Largest request body (413 past it; None: no limit).
+    max_request_bytes: int | None = DEFAULT_MAX_REQUEST_BYTES
+    #: Seconds a client has to send its body once its headers are in (408 past it).
+    body_timeout: float | None = DEFAULT_BODY_TIMEOUT
+    limits: RequestLimits = dataclasses.field(default_factory=RequestLimits)
+    #: One log line per HTTP request (logger ``tokenwire.access``, level INFO).
+    access_log: bool = True

@@ -1,0 +1,136 @@
+"""Request fields every API reads the same way: the ``model`` a request names, unknown fields
+(ignored and logged once, vLLM's policy), client-chosen request ids, prompts as text or token ids
+(bounded before they are tokenized), and how many completions one request may ask for. Every
+problem is a ``ValidationError`` naming the field as the client spelled it."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from typing import Any
+
+from tokenwire.context_length import max_prompt_chars
+from tokenwire.messages.errors import ModelNotFoundError, ValidationError
+from tokenwire.tokenizer import Tokenizer
+
+__all__ = [
+    "MAX_CHOICES",
+    "MAX_REQUEST_ID_LEN",
+    "check_choices",
+    "check_model",
+    "check_text_length",
+    "is_int",
+    "prompt_ids",
+    "request_id",
+    "warn_unknown",
+    "warn_unknown_fields",
+]
+
+#: Most choices one request may ask for (prompts times ``n``).
+MAX_CHOICES = 256
+
+#: Longest client-chosen request id (``request_id``, ``rid``).
+MAX_REQUEST_ID_LEN = 256
+
+#: Unknown field names logged (once each) before the log stops naming new ones.
+_MAX_WARNED = 256
+_warned: set[str] = set()
+
+log = logging.getLogger("tokenwire.server")
+
+
+def check_model(requested: Any, served: str) -> None:
+    """``model`` must name the served model (absent or null means it); anything else is OpenAI's
+    404 ``model_not_found``."""
+    if requested is None or requested == served:
+        return
+    if not isinstance(requested, str):
+        raise ValidationError(f"model must be a string, got {requested!r}", param="model")
+    raise ModelNotFoundError(
+        f"The model `{requested}` does not exist (this server serves `{served}`).", param="model"
+    )
+
+
+def warn_unknown_fields(body: Mapping[str, Any], allowed: set[str]) -> None:
+    """Fields tokenwire does not know are ignored (vLLM's policy), and logged once per name."""
+    for key in body:
+        if key not in allowed:
+            warn_unknown(key)
+
+
+def warn_unknown(key: str) -> None:
+    if key in _warned or len(_warned) > _MAX_WARNED:
+        return
+    _warned.add(key)
+    shown = key if len(key) <= 64 else key[:61] + "..."
+    if len(_warned) > _MAX_WARNED:
+        log.warning("more than %d unknown request fields: no longer naming them", _MAX_WARNED)
+    else:
+        log.warning("ignoring the unknown request field %r (logged once per field)", shown)
+
+
+def is_int(v: object) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+def request_id(value: Any, name: str) -> str:
+    """A client-chosen request id (``request_id``, the ``X-Request-Id`` header), checked."""
+    if not isinstance(value, str) or not value or len(value) > MAX_REQUEST_ID_LEN:
+        raise ValidationError(
+            f"{name} must be a non-empty string of at most {MAX_REQUEST_ID_LEN} characters",
+            param=name,
+        )
+    return value
+
+
+def check_text_length(text: str, tok: Tokenizer, where: str, field: str) -> None:
+    """Refuse, before tokenizing it, a text too long to fit the context whatever its tokens."""
+    most = max_prompt_chars(tok)
+    if most is not None and len(text) > most:
+        raise ValidationError(
+            f"{where} has {len(text)} characters: more tokens than this model's maximum context "
+            f"length of {tok.max_model_len}",
+            param=field,
+        )
+
+
+def prompt_ids(
+    value: Any, tok: Tokenizer, field: str, *, add_special: bool, check_length: bool = True
+) -> list[list[int]]:
+    """``prompt`` (text, token ids, or a batch of either) as token id lists."""
+    if isinstance(value, str):
+        batch: list[Any] = [value]
+    elif isinstance(value, list) and value and all(is_int(v) for v in value):
+        batch = [value]
+    elif isinstance(value, list) and value:
+        batch = value
+    else:
+        raise ValidationError(
+            f"{field} must be a string, a list of token ids, or a non-empty batch of either",
+            param=field,
+        )
+    out = []
+    for i, p in enumerate(batch):
+        where = field if len(batch) == 1 else f"{field}[{i}]"
+        if isinstance(p, str):
+            if check_length:
+                check_text_length(p, tok, where, field)
+            ids = tok.encode(p, add_special_tokens=add_special)
+        elif isinstance(p, list) and all(is_int(v) for v in p):
+            ids = list(p)
+            tok.validate_prompt_ids(ids, field=where)
+        else:
+            raise ValidationError(
+                f"{where} must be a string or a list of integer token ids", param=field
+            )
+        if not ids:
+            raise ValidationError(f"{where} is empty", param=field)
+        out.append(ids)
+    return out
+
+
+def check_choices(count: int) -> None:
+    if count > MAX_CHOICES:
+        raise ValidationError(
+            f"this request asks for {count} completions; the limit is {MAX_CHOICES}", param="n"
+        )

@@ -1,0 +1,95 @@
+"""The HTTP plumbing every route shares: JSON and server-sent-event encoding, whole JSON
+responses (errors in OpenAI's shape among them), request headers, the request being handled, and
+reading a JSON body."""
+
+from __future__ import annotations
+
+import contextvars
+from typing import Any
+
+import msgspec
+
+from tokenwire.messages.errors import TokenwireError
+from tokenwire.runtime.metrics import Metrics
+from tokenwire.server import limits
+from tokenwire.server.errors import error_body
+
+__all__ = [
+    "JSON",
+    "JSON_CLOSE",
+    "SSE",
+    "SSE_DONE",
+    "current_scope",
+    "encode",
+    "header",
+    "read_json",
+    "respond",
+    "route_of",
+    "send_error",
+    "sse",
+    "wait_disconnect",
+]
+
+_json = msgspec.json.Encoder()
+
+
+def encode(obj: Any) -> bytes:
+    """JSON bytes."""
+    return _json.encode(obj)
+
+
+def sse(obj: Any) -> bytes:
+    """One server-sent event."""
+    return b"data: " + _json.encode(obj) + b"\n\n"
+
+
+SSE_DONE = b"data: [DONE]\n\n"
+
+JSON = [(b"content-type", b"application/json")]
+JSON_CLOSE = [*JSON, (b"connection", b"close")]
+SSE = [(b"content-type", b"text/event-stream"), (b"cache-control", b"no-cache")]
+
+
+async def respond(send: Any, status: int, body: bytes, headers: list = JSON) -> None:
+    headers = [*headers, (b"content-length", str(len(body)).encode())]
+    await send({"type": "http.response.start", "status": status, "headers": headers})
+    await send({"type": "http.response.body", "body": body, "more_body": False})
+
+
+async def send_error(metrics: Metrics, send: Any, err: TokenwireError, route: str) -> None:
+    """Answer with ``err`` in OpenAI's shape, counted under ``route``."""
+    metrics.requests.labels(route, str(err.status)).inc()
+    metrics.request_errors.labels(err.error_type).inc()
+    # A body refused part-way is not read to its end: the connection goes with it.
+    headers = JSON_CLOSE if err.status in (408, 413) else JSON
+    await respond(send, err.status, encode(error_body(err)), headers)
+
+
+#: The HTTP request being handled (each ASGI request runs in its own task, so its own context).
+current_scope: contextvars.ContextVar[dict | None] = contextvars.ContextVar(
+    "tokenwire_scope", default=None
+)
+
+
+def header(scope: dict | None, name: bytes) -> str | None:
+    """A request header's value (the first one), or None."""
+    for key, value in (scope or {}).get("headers", ()):
+        if key.lower() == name:
+            return value.decode("latin-1")
+    return None
+
+
+async def wait_disconnect(receive: Any) -> None:
+    while (await receive())["type"] != "http.disconnect":
+        pass
+
+
+async def read_json(receive: Any) -> Any:
+    return await limits.parse_body(receive, lambda body: body)
+
+
+_ROUTE_NAMES = {"/v1/completions": "completion", "/v1/chat/completions": "chat"}
+
+
+def route_of(path: str) -> str:
+    return _ROUTE_NAMES.get(path) or path.strip("/").replace("/", "_") or "other"

@@ -1,0 +1,162 @@
+"""OpenAI's response shapes: the fields every response starts with, ``usage``, finish reasons
+(with vLLM's ``stop_reason`` and SGLang's ``matched_stop``), and the streamed chunks of one
+response, with their fixed parts serialized once (``ChunkWriter``)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import msgspec
+
+from tokenwire.messages.finish_reason import FinishReason
+from tokenwire.runtime import Plan
+from tokenwire.server.http import sse
+from tokenwire.server.streaming import matched_stop
+
+__all__ = ["ChunkWriter", "finish_fields", "openai_head", "reasoning_count", "usage"]
+
+_json = msgspec.json.Encoder()
+
+
+def openai_head(plan: Plan, *, chunk: bool) -> dict[str, Any]:
+    """The fields every OpenAI response (or streamed chunk) of ``plan`` starts with."""
+    chat = plan.route == "chat"
+    if chat:
+        obj = "chat.completion.chunk" if chunk else "chat.completion"
+    else:
+        obj = "text_completion"
+    prefix = "chatcmpl-" if chat else "cmpl-"
+    return {"id": prefix + plan.id, "object": obj, "created": plan.created, "model": plan.model}
+
+
+def usage(
+    prompt_tokens: int,
+    completion_tokens: int,
+    reasoning_tokens: int | None = None,
+    *,
+    cached_tokens: int = 0,
+) -> dict[str, Any]:
+    """OpenAI's usage object (``completion_tokens_details.reasoning_tokens`` when the server
+    parses reasoning or the engine counts it; ``prompt_tokens_details.cached_tokens`` when the
+    engine reports cached prompt tokens)."""
+    out: dict[str, Any] = {
+        "prompt_tokens": prompt_tokens,
+        "completion_tokens": completion_tokens,
+        "total_tokens": prompt_tokens + completion_tokens,
+    }
+    if cached_tokens:
+        out["prompt_tokens_details"] = {"cached_tokens": cached_tokens}
+    if reasoning_tokens is not None:
+        out["completion_tokens_details"] = {"reasoning_tokens": reasoning_tokens}
+    return out
+
+
+def reasoning_count(engine: int, parsed: int | None) -> int | None:
+    """Reasoning tokens for the usage: the engine's count when it reports one, else the server's
+    parser's (None: neither, and the usage leaves it out)."""
+    return engine if engine else parsed
+
+
+def finish_fields(fr: FinishReason | None, eos: tuple[int, ...]) -> tuple[str | None, Any]:
+    """OpenAI ``finish_reason`` and vLLM ``stop_reason``."""
+    if fr is None:
+        return None, None
+    return fr.openai_finish_reason, fr.stop_reason(eos)
+
+
+class ChunkWriter:
+    """Streaming chunks of one OpenAI response, with the fixed parts serialized once."""
+
+    def __init__(self, plan: Plan, eos: tuple[int, ...]) -> None:
+        self.plan = plan
+        self.eos = eos
+        chat = plan.route == "chat"
+        self._head = _json.encode(openai_head(plan, chunk=True))[:-1] + b',"choices":[{"index":'
+        self._tail = b',"usage":null}\n\n' if plan.include_usage else b"}\n\n"
+        self._chat = chat
+        # Per choice: everything before the text, and everything after it.
+        key = b',"delta":{"content":' if chat else b',"text":'
+        after = (
+            b'},"logprobs":null,"finish_reason":null}]'
+            if chat
+            else (b',"logprobs":null,"finish_reason":null}]')
+        )
+        self._before: dict[int, bytes] = {}
+        self._key = key
+        self._after = after + self._tail
+        self._after_choices = after
+        self._continuous = plan.continuous_usage
+
+    def _usage_tail(self, index: int, completion_tokens: int) -> bytes:
+        """Continuous usage: the choice's prompt and its completion tokens so far (vLLM's)."""
+        prompt_tokens = len(self.plan.prompts[index // self.plan.n])
+        return b',"usage":' + _json.encode(usage(prompt_tokens, completion_tokens)) + b"}\n\n"
+
+    def delta(self, index: int, text: str, completion_tokens: int = 0) -> bytes:
+        """An intermediate chunk carrying ``text`` (``completion_tokens`` of the choice so far
+        matter only with continuous usage)."""
+        before = self._before.get(index)
+        if before is None:
+            before = self._before[index] = b"data: " + self._head + str(index).encode() + self._key
+        if self._continuous:
+            return (
+                before
+                + _json.encode(text)
+                + self._after_choices
+                + self._usage_tail(index, completion_tokens)
+            )
+        return before + _json.encode(text) + self._after
+
+    def role(self, index: int) -> bytes:
+        """The chat stream's first chunk for a choice: the assistant role."""
+        body = b',"delta":{"role":"assistant","content":""},"logprobs":null,"finish_reason":null}]'
+        tail = self._usage_tail(index, 0) if self._continuous else self._tail
+        return b"data: " + self._head + str(index).encode() + body + tail
+
+    def chunk(self, index: int, payload: dict[str, Any], completion_tokens: int = 0) -> bytes:
+        """A chunk for choice ``index`` with the given fields (``delta`` or ``text``,
+        ``logprobs``, ``finish_reason``...); ``completion_tokens`` of the choice so far matter
+        only with continuous usage."""
+        body = b"," + _json.encode(payload)[1:-1] + b"}]"
+        tail = self._usage_tail(index, completion_tokens) if self._continuous else self._tail
+        return b"data: " + self._head + str(index).encode() + body + tail
+
+    def final(
+        self,
+        index: int,
+        text: str,
+        fr: FinishReason | None,
+        completion_tokens: int = 0,
+        *,
+        delta: dict[str, Any] | None = None,
+        reason: str | None = None,
+        extra: dict[str, Any] | None = None,
+    ) -> bytes:
+        """The chunk that ends a choice (chat: ``delta`` replaces the plain content delta;
+        ``reason`` overrides the finish reason, as ``tool_calls`` does)."""
+        finish, stop_reason = finish_fields(fr, self.eos)
+        if delta is None:
+            delta = {"content": text} if text else {}
+        payload = ({"delta": delta} if self._chat else {"text": text}) | {
+            "logprobs": None,
+            "finish_reason": reason or finish,
+            "stop_reason": stop_reason,
+            "matched_stop": matched_stop(fr),
+        }
+        if extra:
+            payload |= extra  # logprobs, prompt_logprobs
+        return self.chunk(index, payload, completion_tokens)
+
+    def usage(
+        self,
+        prompt_tokens: int,
+        completion_tokens: int,
+        reasoning_tokens: int | None = None,
+        *,
+        cached_tokens: int = 0,
+    ) -> bytes:
+        """The last chunk when ``include_usage``: no choices, the usage."""
+        counts = usage(
+            prompt_tokens, completion_tokens, reasoning_tokens, cached_tokens=cached_tokens
+        )
+        return sse(openai_head(self.plan, chunk=True) | {"choices": [], "usage": counts})

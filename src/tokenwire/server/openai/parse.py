@@ -1,0 +1,464 @@
+"""OpenAI's ``/v1/completions`` and ``/v1/chat/completions`` requests (with vLLM's extra fields)
+as a ``Plan``: prompts as token ids (a chat's conversation rendered with its template) and one
+normalized, verified ``SamplingParams``. Every problem is a ``ValidationError`` naming the field
+as the client spelled it."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from tokenwire.chat import (
+    chat_template_for,
+    check_tools,
+    normalize_messages,
+    render_chat,
+    shape_messages,
+    template_roles,
+)
+from tokenwire.messages.errors import ValidationError
+from tokenwire.messages.sampling import SamplingParams
+from tokenwire.runtime import DEFAULT_FEATURES, Features, Plan
+from tokenwire.server.config import DEFAULT_LIMITS, RequestLimits
+from tokenwire.server.fields import (
+    check_choices,
+    check_model,
+    check_text_length,
+    is_int,
+    prompt_ids,
+    request_id,
+    warn_unknown,
+    warn_unknown_fields,
+)
+from tokenwire.server.logprobs import chat_logprobs_request, completion_logprobs_request
+from tokenwire.server.openai.tools import forced_schema, output_spec
+from tokenwire.structured import STRUCTURED_FIELDS, structured_fields
+from tokenwire.tokenizer import Tokenizer
+
+__all__ = [
+    "DEFAULT_COMPLETION_MAX_TOKENS",
+    "REASONING_EFFORTS",
+    "chat_template_options",
+    "parse_chat",
+    "parse_completion",
+    "render_conversation",
+]
+
+#: OpenAI's (and vLLM's) default ``max_tokens`` for ``/v1/completions``.
+DEFAULT_COMPLETION_MAX_TOKENS = 16
+
+# OpenAI/vLLM request field -> SamplingParams field.
+_SAMPLING_FIELDS = {
+    "temperature": "temperature",
+    "top_p": "top_p",
+    "top_k": "top_k",
+    "min_p": "min_p",
+    "presence_penalty": "presence_penalty",
+    "frequency_penalty": "frequency_penalty",
+    "repetition_penalty": "repetition_penalty",
+    "logit_bias": "logit_bias",
+    "seed": "sampling_seed",
+    "stop": "stop",
+    "stop_token_ids": "stop_token_ids",
+    "min_tokens": "min_new_tokens",
+    "ignore_eos": "ignore_eos",
+    "skip_special_tokens": "skip_special_tokens",
+    "spaces_between_special_tokens": "spaces_between_special_tokens",
+    "include_stop_str_in_output": "no_stop_trim",
+}
+
+# Accepted, and only meaningful at their default: anything else is refused, not ignored.
+_DEFAULT_ONLY = {
+    "suffix": (None, ""),
+    "best_of": (None, 1),
+    "parallel_tool_calls": (None, True, False),
+    "modalities": (None, ["text"]),
+    "stream_options": None,  # checked on its own
+}
+
+# Fields that only annotate the request (billing, caching, tracing hints): accepted, no effect.
+_INFORMATIONAL = {
+    "user",
+    "model",
+    "metadata",
+    "store",
+    "service_tier",
+    "prompt_cache_key",
+    "safety_identifier",
+    "verbosity",
+}
+
+# Request fields with an effect beyond sampling, shared by both OpenAI routes (vLLM's names).
+_OPENAI_EXTRAS = {"priority", "request_id", "truncate_prompt_tokens", "return_tokens_as_token_ids"}
+
+#: ``reasoning_effort`` values passed on to the chat template (OpenAI's).
+REASONING_EFFORTS = ("none", "minimal", "low", "medium", "high", "xhigh")
+
+
+def _check_defaults(body: Mapping[str, Any]) -> None:
+    for key, ok in _DEFAULT_ONLY.items():
+        if ok is None or key not in body:
+            continue
+        value = body[key]
+        if value is None or any(value == v and type(value) is type(v) for v in ok):
+            continue
+        raise ValidationError(f"{key}={value!r} is not supported by this server", param=key)
+
+
+def _stream_flags(body: Mapping[str, Any]) -> tuple[bool, bool, bool]:
+    """``stream``, ``stream_options.include_usage`` and ``continuous_usage_stats`` (vLLM's:
+    usage in every chunk, only together with ``include_usage``)."""
+    stream = body.get("stream", False)
+    if stream is None:
+        stream = False
+    if not isinstance(stream, bool):
+        raise ValidationError(f"stream must be a boolean, got {stream!r}", param="stream")
+    opts = body.get("stream_options")
+    include_usage = continuous = False
+    if opts is not None:
+        if not isinstance(opts, dict):
+            raise ValidationError(
+                "stream_options must be an object with include_usage", param="stream_options"
+            )
+        for key in opts:
+            if key not in ("include_usage", "continuous_usage_stats"):
+                warn_unknown(f"stream_options.{key}")
+        for key in ("include_usage", "continuous_usage_stats"):
+            if opts.get(key) is not None and not isinstance(opts[key], bool):
+                raise ValidationError(
+                    f"stream_options.{key} must be a boolean, got {opts[key]!r}",
+                    param="stream_options",
+                )
+        if not stream:
+            raise ValidationError(
+                "stream_options is only allowed with stream=true", param="stream_options"
+            )
+        include_usage = opts.get("include_usage") is True
+        continuous = include_usage and opts.get("continuous_usage_stats") is True
+    return stream, include_usage, continuous
+
+
+def _openai_extras(body: Mapping[str, Any]) -> dict[str, Any]:
+    """vLLM's ``priority``, ``request_id`` and ``return_tokens_as_token_ids`` as ``Plan``
+    keyword arguments."""
+    out: dict[str, Any] = {}
+    priority = body.get("priority")
+    if priority is not None:
+        if not is_int(priority) or not -(2**31) <= priority < 2**31:
+            raise ValidationError(
+                f"priority must be a (32-bit) integer, got {priority!r}", param="priority"
+            )
+        out["priority"] = priority
+    rid = body.get("request_id")
+    if rid is not None:
+        out["id"] = request_id(rid, "request_id")
+    flag = body.get("return_tokens_as_token_ids")
+    if flag is not None:
+        if not isinstance(flag, bool):
+            raise ValidationError(
+                f"return_tokens_as_token_ids must be a boolean, got {flag!r}",
+                param="return_tokens_as_token_ids",
+            )
+        out["return_tokens_as_token_ids"] = flag
+    return out
+
+
+def _truncate(prompts: list[list[int]], body: Mapping[str, Any], tok: Tokenizer) -> None:
+    """vLLM's ``truncate_prompt_tokens``: keep each prompt's last k tokens (-1: the context
+    length)."""
+    k = body.get("truncate_prompt_tokens")
+    if k is None:
+        return
+    limit = tok.max_model_len
+    if not is_int(k) or k < -1 or k == 0:
+        raise ValidationError(
+            f"truncate_prompt_tokens must be -1 or a positive integer, got {k!r}",
+            param="truncate_prompt_tokens",
+        )
+    if k == -1:
+        if limit is None:
+            return
+        k = limit
+    if limit is not None and k > limit:
+        raise ValidationError(
+            f"truncate_prompt_tokens ({k}) is greater than the context length ({limit})",
+            param="truncate_prompt_tokens",
+        )
+    for i, p in enumerate(prompts):
+        if len(p) > k:
+            prompts[i] = p[-k:]
+
+
+def _n(body: Mapping[str, Any]) -> int:
+    n = body.get("n", 1)
+    if n is None:
+        return 1
+    if not is_int(n) or n < 1:
+        raise ValidationError(f"n must be a positive integer, got {n!r}", param="n")
+    return n
+
+
+def _max_tokens(body: Mapping[str, Any]) -> tuple[str, Any]:
+    given = [k for k in ("max_tokens", "max_completion_tokens") if body.get(k) is not None]
+    if len(given) > 1:
+        raise ValidationError(
+            "set only one of max_tokens and max_completion_tokens", param="max_completion_tokens"
+        )
+    return (given[0], body[given[0]]) if given else ("max_tokens", None)
+
+
+def _params(
+    body: Mapping[str, Any],
+    tok: Tokenizer,
+    prompts: list[list[int]],
+    default_max: int | None,
+    prompt_field: str,
+    limits: RequestLimits,
+) -> SamplingParams:
+    """SamplingParams from OpenAI fields (null means the default), normalized and verified."""
+    names = {internal: external for external, internal in _SAMPLING_FIELDS.items()}
+    max_key, max_value = _max_tokens(body)
+    names["max_new_tokens"] = max_key
+    data: dict[str, Any] = {}
+    for external, internal in _SAMPLING_FIELDS.items():
+        if body.get(external) is not None:
+            data[internal] = body[external]
+    longest = max(len(p) for p in prompts)
+    limit = tok.max_model_len
+    if max_value is None:
+        if default_max is None:
+            max_value = (limit - longest) if limit else None
+        else:
+            max_value = default_max if not limit else max(0, min(default_max, limit - longest))
+    data["max_new_tokens"] = max_value
+    params = SamplingParams.from_dict(data, names=names)
+    if limit is not None:
+        if longest >= limit:
+            raise ValidationError(
+                f"This model's maximum context length is {limit} tokens. However, your prompt "
+                f"has {longest} tokens.",
+                param=prompt_field,
+            )
+        if params.max_new_tokens is not None and longest + params.max_new_tokens > limit:
+            raise ValidationError(
+                f"This model's maximum context length is {limit} tokens. However, you requested "
+                f"{longest + params.max_new_tokens} tokens ({longest} in the prompt, "
+                f"{params.max_new_tokens} in the completion). Please reduce the length of the "
+                f"prompt or {max_key}.",
+                param=max_key,
+            )
+    params.normalize(tok, names=names, max_stop_str_len=limits.max_stop_str_len)
+    params.verify(tok.model_vocab_size, names=names)
+    return params
+
+
+_COMPLETION_KEYS = (
+    set(_SAMPLING_FIELDS)
+    | set(_DEFAULT_ONLY)
+    | _INFORMATIONAL
+    | _OPENAI_EXTRAS
+    | {"prompt", "max_tokens", "max_completion_tokens", "n", "stream"}
+    | STRUCTURED_FIELDS
+    | {"logprobs", "top_logprobs", "echo", "prompt_logprobs"}
+)
+_CHAT_KEYS = (_COMPLETION_KEYS - {"prompt", "suffix", "best_of"}) | {
+    "messages",
+    "tools",
+    "tool_choice",
+    "chat_template",
+    "add_generation_prompt",
+    "continue_final_message",
+    "chat_template_kwargs",
+    "reasoning_effort",
+}
+
+
+def parse_completion(
+    body: Any,
+    tok: Tokenizer,
+    model: str,
+    *,
+    limits: RequestLimits = DEFAULT_LIMITS,
+    features: Features = DEFAULT_FEATURES,
+) -> Plan:
+    """``/v1/completions``."""
+    if not isinstance(body, dict):
+        raise ValidationError("the request body must be a JSON object", param=None)
+    check_model(body.get("model"), model)
+    warn_unknown_fields(body, _COMPLETION_KEYS)
+    _check_defaults(body)
+    if "prompt" not in body:
+        raise ValidationError("prompt is required", param="prompt")
+    stream, include_usage, continuous = _stream_flags(body)
+    n = _n(body)
+    extras = _openai_extras(body)
+    prompts = prompt_ids(
+        body["prompt"],
+        tok,
+        "prompt",
+        add_special=True,
+        check_length=body.get("truncate_prompt_tokens") is None,
+    )
+    _truncate(prompts, body, tok)
+    check_choices(len(prompts) * n)
+    params = _params(body, tok, prompts, DEFAULT_COMPLETION_MAX_TOKENS, "prompt", limits)
+    _constrain(params, body, features)
+    top, echo, prompt_top = completion_logprobs_request(body, features.max_logprobs)
+    params.logprobs, params.prompt_logprobs = top, prompt_top
+    return Plan(
+        "completion",
+        prompts,
+        params,
+        n,
+        stream,
+        include_usage,
+        model,
+        continuous_usage=continuous,
+        echo=_echo_texts(body["prompt"], prompts, tok) if echo else None,
+        prompt_logprobs=body.get("prompt_logprobs") is not None,
+        **extras,
+    )
+
+
+def _echo_texts(value: Any, prompts: list[list[int]], tok: Tokenizer) -> list[str]:
+    """The prompts as ``echo`` gives them back: a text prompt as sent, token ids decoded."""
+    if isinstance(value, str):
+        return [value]
+    if isinstance(value, list) and all(isinstance(p, str) for p in value):
+        return list(value)
+    return [tok.decode(p, False) for p in prompts]
+
+
+def parse_chat(
+    body: Any,
+    tok: Tokenizer,
+    model: str,
+    *,
+    limits: RequestLimits = DEFAULT_LIMITS,
+    features: Features = DEFAULT_FEATURES,
+) -> Plan:
+    """``/v1/chat/completions``: the conversation rendered with the tokenizer's template."""
+    if not isinstance(body, dict):
+        raise ValidationError("the request body must be a JSON object", param=None)
+    check_model(body.get("model"), model)
+    warn_unknown_fields(body, _CHAT_KEYS)
+    _check_defaults(body)
+    if "messages" not in body:
+        raise ValidationError("messages is required", param="messages")
+    text, options = render_conversation(body, tok, features)
+    stream, include_usage, continuous = _stream_flags(body)
+    n = _n(body)
+    check_choices(n)
+    extras = _openai_extras(body)
+    if body.get("truncate_prompt_tokens") is None:
+        check_text_length(text, tok, "the rendered conversation", "messages")
+    ids = tok.encode(text, add_special_tokens=False)
+    if not ids:
+        raise ValidationError("the rendered conversation is empty", param="messages")
+    prompts = [ids]
+    _truncate(prompts, body, tok)
+    params = _params(body, tok, prompts, None, "messages", limits)
+    _constrain(params, body, features)
+    params.logprobs, params.prompt_logprobs = chat_logprobs_request(body, features.max_logprobs)
+    spec = output_spec(body, features, text, options["extra"])
+    forced = forced_schema(body)
+    if forced is not None:
+        if params.json_schema or params.regex or params.ebnf:
+            raise ValidationError(
+                "tool_choice required or a named function constrains the output itself: drop "
+                "response_format",
+                param="tool_choice",
+            )
+        params.json_schema = forced
+    tools_cls = spec.tools if spec is not None else None
+    reasoning_cls = spec.reasoning if spec is not None else None
+    special = getattr(tools_cls, "needs_special_tokens", False) or getattr(
+        reasoning_cls, "needs_special_tokens", False
+    )
+    if special and body.get("skip_special_tokens") is None:  # the call markup is special tokens
+        params.skip_special_tokens = False
+    return Plan(
+        "chat",
+        prompts,
+        params,
+        n,
+        stream,
+        include_usage,
+        model,
+        continuous_usage=continuous,
+        output=spec,
+        parallel_tool_calls=body.get("parallel_tool_calls") is not False,
+        reasoning_fields=features.reasoning_fields(),
+        prompt_logprobs=params.prompt_logprobs is not None,
+        **extras,
+    )
+
+
+def render_conversation(
+    body: Mapping[str, Any], tok: Tokenizer, features: Features = DEFAULT_FEATURES
+) -> tuple[str, dict[str, Any]]:
+    """A chat request's ``messages`` rendered with the template it gets (its prompt text), and
+    the ``render_chat`` options used."""
+    template = chat_template_for(
+        body,
+        tok.chat_template,
+        features.chat_template,
+        trust_request=features.trust_request_chat_template,
+    )
+    messages = normalize_messages(body["messages"], roles=template_roles(template))
+    shape_messages(messages, features.chat_template_content_format, template)
+    options = chat_template_options(body)
+    text = render_chat(
+        template, messages, bos_token=tok.bos_token, eos_token=tok.eos_token, **options
+    )
+    return text, options
+
+
+def _constrain(params: SamplingParams, body: Mapping[str, Any], features: Features) -> None:
+    """The request's structured-output fields onto ``params`` (a 400 when the engine cannot
+    constrain decoding)."""
+    for name, value in structured_fields(body, supported=features.structured_outputs).items():
+        setattr(params, name, value)
+
+
+def chat_template_options(body: Mapping[str, Any]) -> dict[str, Any]:
+    """``render_chat`` keyword arguments from a chat request: ``add_generation_prompt``,
+    ``continue_final_message``, ``tools``, ``chat_template_kwargs`` and ``reasoning_effort``
+    (passed to the template as vLLM does). Which template renders is ``chat_template_for``'s
+    business."""
+
+    def flag(name: str) -> bool | None:
+        value = body.get(name)
+        if value is not None and not isinstance(value, bool):
+            raise ValidationError(f"{name} must be a boolean, got {value!r}", param=name)
+        return value
+
+    agp = flag("add_generation_prompt")
+    cfm = flag("continue_final_message") is True
+    if cfm and agp:
+        raise ValidationError(
+            "set at most one of continue_final_message and add_generation_prompt",
+            param="continue_final_message",
+        )
+    kwargs = body.get("chat_template_kwargs") or {}
+    if not isinstance(kwargs, dict):
+        raise ValidationError(
+            "chat_template_kwargs must be an object", param="chat_template_kwargs"
+        )
+    effort = body.get("reasoning_effort")
+    if effort is not None:
+        if effort not in REASONING_EFFORTS:
+            raise ValidationError(
+                f"reasoning_effort must be one of {', '.join(REASONING_EFFORTS)}, got {effort!r}",
+                param="reasoning_effort",
+            )
+        kwargs = {"reasoning_effort": effort} | kwargs
+    tools = body.get("tools")
+    if tools is not None:
+        check_tools(tools)
+    return {
+        "add_generation_prompt": not cfm if agp is None else agp,
+        "continue_final_message": cfm,
+        "tools": tools,
+        "extra": kwargs,
+    }

@@ -1,0 +1,336 @@
+"""What every API's responses share: the choices of one request (``Subs``: engine request id,
+prompt index and sink each) read as their items come, a streamed response sent from a
+``Streamer`` (the dialect's formatter), a whole response gathered, and a client that goes away or
+stops reading ending every choice, everywhere."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any
+
+from tokenwire.messages.egress import Done, EgressSink, Error
+from tokenwire.messages.errors import ClientDisconnected, TokenwireError
+from tokenwire.messages.finish_reason import FinishReason
+from tokenwire.runtime import Plan, Runtime
+from tokenwire.runtime.metrics import Metrics
+from tokenwire.server import limits
+from tokenwire.server.direct_stream import DirectStream
+from tokenwire.server.errors import error_body
+from tokenwire.server.guard import direct
+from tokenwire.server.http import (
+    SSE,
+    SSE_DONE,
+    current_scope,
+    encode,
+    respond,
+    send_error,
+    sse,
+    wait_disconnect,
+)
+from tokenwire.server.serving import BODY_WRITER, BodyWriter
+
+__all__ = [
+    "Gathered",
+    "Streamer",
+    "Subs",
+    "Tracker",
+    "collect",
+    "count_finish",
+    "gather",
+    "matched_stop",
+    "merged",
+    "serve_plan",
+    "stream",
+    "watch",
+]
+
+log = logging.getLogger("tokenwire.server")
+
+Subs = list[tuple[str, int, EgressSink]]
+
+
+async def merged(subs: list[tuple[str, int, EgressSink]]) -> AsyncIterator[list[tuple[int, Any]]]:
+    """Items of several sinks as they come, in batches (everything waiting at each wake-up):
+    ``(choice index, item)`` pairs; ends when every choice has had its final item."""
+    if len(subs) == 1:
+        sink = subs[0][2]
+        while True:
+            batch = [(0, item) for item in await sink.take()]
+            yield batch
+            if isinstance(batch[-1][1], (Done, Error)):
+                return
+    queue: asyncio.Queue[tuple[int, Any]] = asyncio.Queue(maxsize=2 * len(subs))
+
+    async def pump(index: int, sink: EgressSink) -> None:
+        try:
+            while True:
+                item = await sink.get()
+                await queue.put((index, item))
+                if isinstance(item, (Done, Error)):
+                    return
+        except ClientDisconnected:
+            await queue.put((index, None))
+
+    tasks = [asyncio.ensure_future(pump(k, s)) for k, (_, _, s) in enumerate(subs)]
+    try:
+        remaining = len(subs)
+        while remaining:
+            batch = [await queue.get()]
+            while not queue.empty():
+                batch.append(queue.get_nowait())
+            for _index, item in batch:
+                if item is None:
+                    raise ClientDisconnected("the response channel is closed")
+                if isinstance(item, (Done, Error)):
+                    remaining -= 1
+            yield batch
+    finally:
+        for t in tasks:
+            t.cancel()
+
+
+def end_when_abandoned(subs: Subs) -> list[bool]:
+    """Cancel the current task when the shard abandons one of ``subs``' sinks (the client has
+    stopped reading); the returned list is non-empty once that happened."""
+    task = asyncio.current_task()
+    hit: list[bool] = []
+
+    def end() -> None:
+        if not hit and task is not None:
+            hit.append(True)
+            task.cancel()
+
+    for _, _, sink in subs:
+        sink.on_abandon = end
+    return hit
+
+
+class Tracker:
+    """Per-request latency metrics."""
+
+    __slots__ = ("first", "last", "metrics", "start")
+
+    def __init__(self, metrics: Metrics) -> None:
+        self.metrics = metrics
+        self.start = time.perf_counter()
+        self.first = True
+        self.last = self.start
+
+    def chunk(self) -> None:
+        now = time.perf_counter()
+        if self.first:
+            self.metrics.ttft.observe(now - self.start)
+            self.first = False
+        else:
+            self.metrics.itl.observe(now - self.last)
+        self.last = now
+
+
+def body_writer(send: Any) -> BodyWriter | None:
+    """The request's ``BodyWriter``, when its connection gives one that may bypass ``send``."""
+    scope = current_scope.get()
+    body = scope.get("extensions", {}).get(BODY_WRITER) if scope is not None else None
+    return body if body is not None and body.serves(send) else None
+
+
+def watch(rt: Runtime, receive: Any, subs: Subs) -> asyncio.Future[None]:
+    """Abort every choice the moment the client disconnects."""
+    gone = asyncio.ensure_future(wait_disconnect(receive))
+
+    def on_gone(fut: asyncio.Future[None]) -> None:
+        if not fut.cancelled() and fut.exception() is None:
+            for rid, _, sink in subs:
+                rt.abort(rid, sink)
+
+    gone.add_done_callback(on_gone)
+    return gone
+
+
+async def stream(rt: Runtime, receive: Any, send: Any, streamer: Streamer, route: str) -> None:
+    """Send a streamed response: ``streamer``'s bytes for its choices' items as they come, until
+    every choice has ended, the client has gone or stopped reading."""
+    subs = streamer.subs
+    gone = watch(rt, receive, subs)
+    abandoned = end_when_abandoned(subs)
+    start = time.perf_counter()
+    try:
+        await send({"type": "http.response.start", "status": 200, "headers": SSE})
+        # Mid-stream chunks skip the wrappers that only look at the start and the end.
+        write = direct(send)
+        pending = streamer.head()
+        body = body_writer(write)
+        if len(subs) == 1 and body is not None:
+            # One choice over tokenwire's connection protocol (the common case): written from
+            # the sink's wake-up, without a task wake-up and a send per step.
+            await DirectStream(subs[0][2], streamer, body, pending).wait()
+        elif len(subs) == 1:
+            # One choice: wait on its sink directly.
+            sink = subs[0][2]
+            while streamer.open:
+                data = streamer.feed([(0, item) for item in await sink.take()])
+                if pending:
+                    data = pending + data
+                    pending = b""
+                if data:
+                    await write({"type": "http.response.body", "body": data, "more_body": True})
+        else:
+            batches = merged(subs)
+            try:
+                async for batch in batches:
+                    data = pending + streamer.feed(batch)
+                    pending = b""
+                    if data:
+                        await write({"type": "http.response.body", "body": data, "more_body": True})
+                    if not streamer.open:
+                        break
+            finally:
+                await batches.aclose()
+        await send({"type": "http.response.body", "body": b"", "more_body": False})
+        # A stream that ended in an error event counts as that error's status.
+        failed = streamer.failed
+        rt.metrics.requests.labels(route, str(failed.status if failed else 200)).inc()
+        if failed is None:
+            rt.metrics.e2e.observe(time.perf_counter() - start)
+    except ClientDisconnected:
+        rt.metrics.requests.labels(route, "499").inc()
+        rt.metrics.request_success.labels("abort").inc()
+    except asyncio.CancelledError:
+        if not abandoned:
+            raise
+        # The client stopped reading (its request is already ended): returning with the
+        # response incomplete makes the server close the connection.
+        log.warning("%s: the client stopped reading its stream; closing it", route)
+        rt.metrics.requests.labels(route, "429").inc()
+        rt.metrics.request_errors.labels("client_stalled").inc()
+    finally:
+        gone.cancel()
+        streamer.close()
+
+
+async def collect(rt: Runtime, receive: Any, send: Any, subs: Subs, work: Any, route: str) -> None:
+    """Send a whole JSON response: ``work`` (gathering the choices' items) gives its status and
+    body; the client going away ends every choice."""
+    gone = watch(rt, receive, subs)
+    start = time.perf_counter()
+    try:
+        status, body = await work
+    except ClientDisconnected:
+        rt.metrics.requests.labels(route, "499").inc()
+        rt.metrics.request_success.labels("abort").inc()
+        return
+    except BaseException:
+        # Whatever ends the request here ends it everywhere (the guard answers the client).
+        for rid, _, sink in subs:
+            rt.abort(rid, sink)
+        raise
+    finally:
+        gone.cancel()
+        rt.finished()
+    rt.metrics.requests.labels(route, str(status)).inc()
+    if status == 200:
+        rt.metrics.e2e.observe(time.perf_counter() - start)
+    await respond(send, status, encode(body))
+
+
+async def gather(rt: Runtime, subs: Subs) -> tuple[int, Any] | Gathered:
+    """Every choice's items until its final one; an error ends everything."""
+    got = Gathered(len(subs))
+    async for batch in merged(subs):
+        for index, item in batch:
+            if isinstance(item, Error):
+                for rid, _, sink in subs:
+                    rt.abort(rid, sink)
+                rt.metrics.request_errors.labels(item.error.error_type).inc()
+                return item.error.status, error_body(item.error)
+            got.texts[index].append(item.text)
+            got.ids[index].extend(item.token_ids)
+            if item.extras is not None:
+                got.extras[index].append(item.extras)
+            if isinstance(item, Done):
+                got.finals[index] = item
+                count_finish(rt, item)
+    return got
+
+
+def count_finish(rt: Runtime, done: Any) -> None:
+    fr = done.finish_reason
+    reason = fr.openai_finish_reason if fr is not None else "unknown"
+    rt.metrics.request_success.labels(reason or "unknown").inc()
+
+
+class Gathered:
+    __slots__ = ("extras", "finals", "ids", "texts")
+
+    def __init__(self, n: int) -> None:
+        self.texts: list[list[str]] = [[] for _ in range(n)]
+        self.ids: list[list[int]] = [[] for _ in range(n)]
+        self.extras: list[list[Any]] = [[] for _ in range(n)]
+        self.finals: list[Any] = [None] * n
+
+
+def matched_stop(fr: FinishReason | None) -> Any:
+    """SGLang's ``matched_stop``: the stop token id (EOS included), token id sequence, string or
+    regex pattern that ended the request; None otherwise."""
+    return fr.matched() if fr is not None else None
+
+
+class Streamer:
+    """Turns one HTTP request's items into SSE bytes (synchronous; the loop in ``stream``
+    does the waiting and the sending)."""
+
+    def __init__(self, rt: Runtime, subs: Subs) -> None:
+        self.rt = rt
+        self.subs = subs
+        self.open = set(range(len(subs)))
+        self.tracker = Tracker(rt.metrics)
+        #: The error the stream ended with, if it did (its status is the request's outcome).
+        self.failed: TokenwireError | None = None
+
+    def head(self) -> bytes:
+        return b""
+
+    def feed(self, batch: list[tuple[int, Any]]) -> bytes:
+        """SSE bytes for a batch of items; ``self.open`` empties when the response is over."""
+        raise NotImplementedError
+
+    def error(self, err: TokenwireError) -> bytes:
+        self.open.clear()
+        self.failed = err
+        self.rt.metrics.request_errors.labels(err.error_type).inc()
+        return sse(error_body(err)) + SSE_DONE
+
+    def close(self) -> None:
+        """The response is over (or abandoned): choices still open are aborted."""
+        for k in self.open:
+            rid, _, sink = self.subs[k]
+            self.rt.abort(rid, sink)
+        self.open.clear()
+        self.rt.finished()
+
+
+async def serve_plan(
+    rt: Runtime,
+    receive: Any,
+    send: Any,
+    route: str,
+    parse: Callable[[Any], Plan],
+    streamer: Callable[[Plan, Subs], Streamer],
+    gathered: Callable[[Plan, Subs], Awaitable[tuple[int, Any]]],
+) -> None:
+    """A generation route: the JSON body parsed into a plan (``parse``), submitted, and answered
+    as a stream (``streamer``'s bytes) or a whole response (``gathered``'s status and body)."""
+    try:
+        plan = await limits.parse_body(receive, parse)
+        subs = rt.submit(plan)
+    except ClientDisconnected:
+        return
+    except TokenwireError as err:
+        await send_error(rt.metrics, send, err, route)
+        return
+    if plan.stream:
+        await stream(rt, receive, send, streamer(plan, subs), route)
+    else:
+        await collect(rt, receive, send, subs, gathered(plan, subs), route)
