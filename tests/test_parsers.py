@@ -37,7 +37,7 @@ TOOL_CASES: dict[str, list[tuple[str, str, list[tuple[str, str]]]]] = {
             "then text",
             [("late", '{"x": 1}')],
         ),
-        ("<tool_call>not json</tool_call> ok", "<tool_call>not json</tool_call>ok", []),
+        ("<tool_call>not json</tool_call> ok", "<tool_call>not json</tool_call> ok", []),
         (
             "no calls at all: <tool_ and </tool_call>",
             "no calls at all: <tool_ and </tool_call>",
