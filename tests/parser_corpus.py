@@ -813,7 +813,9 @@ def _mistral_v3_cases() -> list[Case]:
 
 def _xlam_extra() -> list[Case]:
     fenced = "I'll search.\n```json\n" + _j([{"name": n, "arguments": a} for n, a in [SEARCH]])
+    tagged = "[TOOL_CALLS]" + _j([{"name": n, "arguments": a} for n, a in [WEATHER, NOW]])
     return [
+        Case("tool/xlam/tool-calls-tag", "xlam", None, tagged, calls_out=[WEATHER, NOW]),
         Case(
             "tool/xlam/fenced",
             "xlam",
@@ -821,7 +823,7 @@ def _xlam_extra() -> list[Case]:
             fenced + "\n```",
             content_out="I'll search.",
             calls_out=[SEARCH],
-        )
+        ),
     ]
 
 

@@ -13,6 +13,7 @@ without that environment those tests skip, as the other real-vLLM tests do.
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -169,6 +170,7 @@ DIFFERENCES: dict[str, tuple[tuple[str, ...], str]] = {
     "tool/xlam/truncated": ((W, T, G), "cut-call-whole"),
     "tool/xlam/after-reasoning": ((T, G), "partial-json-stream"),
     "tool/xlam/fenced": ((T, G), "partial-json-stream"),
+    "tool/xlam/tool-calls-tag": ((G,), "partial-json-stream"),
     "tool/gigachat3/markup-in-string": ((W, T, G), "marker-in-string"),
     "tool/gigachat3/truncated": ((W,), "cut-call-whole"),
     "tool/functiongemma/several-calls": ((W, T, G), "functiongemma-values"),
@@ -272,3 +274,13 @@ def test_differences_name_corpus_cases() -> None:
     ids = {c.id for c in CASES}
     assert set(DIFFERENCES) <= ids
     assert {reason for _, reason in DIFFERENCES.values()} == set(REASONS)
+
+
+def test_readme_says_why_they_differ() -> None:
+    """The README explains every reason, naming its cases."""
+    readme = (Path(__file__).resolve().parent.parent / "README.md").read_text(encoding="utf-8")
+    assert f"Of {len(CASES)} outputs, {len(DIFFERENCES)} differ" in " ".join(readme.split())
+    for case, (_, reason) in DIFFERENCES.items():
+        section = readme.split(f"- `{reason}`: ", 1)
+        assert len(section) == 2, f"README has no entry for {reason}"
+        assert f"`{case}`" in section[1].split("\n- `", 1)[0], f"README's {reason} misses {case}"

@@ -121,8 +121,10 @@ def _ids(index: int) -> str:
     return f"call{index}"
 
 
-def _stream_tools(name: str, pieces: list[str]) -> tuple[str, list[ToolCall]]:
-    parser = TOOL_CALL_PARSERS[name](make_id=_ids)
+def _stream_tools(
+    name: str, pieces: list[str], tools: list | None = None
+) -> tuple[str, list[ToolCall]]:
+    parser = TOOL_CALL_PARSERS[name](make_id=_ids, tools=tools)
     deltas = [parser.feed(p) for p in pieces] + [parser.finish()]
     for d in deltas:
         for c in d.calls:  # OpenAI's shape: id and name only on a call's first delta
@@ -192,50 +194,94 @@ def test_tool_parser_any_split(name: str, k: int, cuts: list[int]) -> None:
     assert _stream_tools(name, _splits(text, cuts)) == whole
 
 
+#: Markup of every format, and text around it, for the any-text tests.
+FRAGMENTS = [
+    "<tool_call>",
+    "</tool_call>",
+    "[TOOL_CALLS]",
+    "[ARGS]",
+    "<|python_tag|>",
+    "<｜tool▁calls▁begin｜>",
+    "<｜tool▁call▁begin｜>",
+    "<｜tool▁sep｜>",
+    "<｜tool▁call▁end｜>",
+    "<|tool_calls_section_begin|>",
+    "<|tool_call_begin|>",
+    "functions.f:0",
+    "<|tool_call_argument_begin|>",
+    "<|tool_call_end|>",
+    "<function=f>",
+    "<parameter=x>",
+    "</parameter>",
+    "</function>",
+    "<arg_key>",
+    "</arg_key>",
+    "<arg_value>",
+    "</arg_value>",
+    "<minimax:tool_call>",
+    '<invoke name="f">',
+    '<parameter name="x">',
+    "</invoke>",
+    '<｜DSML｜parameter name="x" string="false">',
+    "<tool_calls>",
+    "</tool_calls>",
+    "<|tool_call|>",
+    "functools",
+    "<function_call>",
+    "<|action_start|><|plugin|>",
+    "<|action_end|>",
+    "<|message_sep|>",
+    "function call<|role_sep|>",
+    "<start_function_call>",
+    "call:f{x:",
+    "<escape>",
+    "<end_function_call>",
+    "<function_calls>",
+    "</function_calls>",
+    "function",
+    "```json\n",
+    '{"name": "f", "arguments": ',
+    '{"a": "}"}',
+    "}",
+    "]",
+    "[",
+    "f(",
+    "x=1",
+    ")",
+    ";",
+    " ",
+    "\n",
+    "é",
+    "🌧",
+    '"',
+    "<",
+    "12",
+    "abc",
+]
+#: Tools for the any-text tests: ``f``'s ``x`` is an integer (typed), the rest strings.
+FUZZ_TOOLS = [
+    {
+        "type": "function",
+        "function": {
+            "name": "f",
+            "parameters": {"type": "object", "properties": {"x": {"type": "integer"}}},
+        },
+    }
+]
+
+
 @pytest.mark.parametrize("name", list(TOOL_CALL_PARSERS))
 @settings(max_examples=examples(60))
 @given(
-    parts=st.lists(
-        st.sampled_from(
-            [
-                "<tool_call>",
-                "</tool_call>",
-                "[TOOL_CALLS]",
-                "[ARGS]",
-                "<|python_tag|>",
-                "<｜tool▁calls▁begin｜>",
-                "<｜tool▁call▁begin｜>",
-                "<｜tool▁sep｜>",
-                "<｜tool▁call▁end｜>",
-                "function",
-                "```json\n",
-                '{"name": "f", "arguments": ',
-                '{"a": "}"}',
-                "}",
-                "]",
-                "[",
-                "f(",
-                "x=1",
-                ")",
-                ";",
-                " ",
-                "\n",
-                "é",
-                "🌧",
-                '"',
-                "<",
-                "abc",
-            ]
-        ),
-        max_size=14,
-    ),
+    parts=st.lists(st.sampled_from(FRAGMENTS), max_size=14),
     cuts=st.lists(st.integers(min_value=0, max_value=10_000), max_size=8),
 )
 def test_tool_parser_any_text_any_split(name: str, parts: list[str], cuts: list[int]) -> None:
-    """Whatever the text (markup fragments in any order) and its split, streaming == whole."""
+    """Whatever the text (every format's markup in any order) and its split, streaming ==
+    whole."""
     text = "".join(parts)
-    whole = TOOL_CALL_PARSERS[name](make_id=_ids).parse(text)
-    assert _stream_tools(name, _splits(text, cuts)) == whole
+    whole = _stream_tools(name, [text], FUZZ_TOOLS)
+    assert _stream_tools(name, _splits(text, cuts), FUZZ_TOOLS) == whole
 
 
 # ---- real tokenizers -----------------------------------------------------------------------------
@@ -344,6 +390,49 @@ def test_reasoning_parser(name: str, opens: bool, text: str, reasoning: str, con
 @given(cuts=st.lists(st.integers(min_value=0, max_value=10_000), max_size=10))
 def test_reasoning_any_split(name, opens, text, reasoning, content, cuts) -> None:
     assert _stream_reasoning(name, opens, _splits(text, cuts)) == (reasoning, content)
+
+
+@pytest.mark.parametrize("name", list(REASONING_PARSERS))
+@pytest.mark.parametrize("opens", [False, True])
+@settings(max_examples=examples(40))
+@given(
+    parts=st.lists(
+        st.sampled_from(
+            [
+                *{t for cls in REASONING_PARSERS.values() for t in getattr(cls, "start_tags", ())},
+                *{t for cls in REASONING_PARSERS.values() for t in getattr(cls, "end_tags", ())},
+                *{
+                    t
+                    for cls in REASONING_PARSERS.values()
+                    for t in getattr(cls, "end_keep_tags", ())
+                },
+                "<answer>",
+                "</answer>",
+                "<response>",
+                "</response>",
+                "<|channel|>analysis<|message|>",
+                "<|end|>",
+                "<|start|>assistant",
+                "<|channel|>final<|message|>",
+                "Here",
+                "<",
+                " ",
+                "\n",
+                "é🌧",
+                "abc",
+            ]
+        ),
+        max_size=12,
+    ),
+    cuts=st.lists(st.integers(min_value=0, max_value=10_000), max_size=8),
+)
+def test_reasoning_any_text_any_split(name, opens, parts, cuts) -> None:
+    """Whatever the text (every format's markers in any order) and its split, streaming ==
+    whole."""
+    text = "".join(parts)
+    assert _stream_reasoning(name, opens, _splits(text, cuts)) == _stream_reasoning(
+        name, opens, [text]
+    )
 
 
 def test_gpt_oss_reasoning_on_token_pieces() -> None:

@@ -110,9 +110,10 @@ class JsonToolParser(ToolCallParser):
             elif state == _CONTENT:
                 if self._at_start and m.bare_list:
                     s = buf.lstrip()
-                    if not s and not final:
-                        return
-                    if s.startswith("["):
+                    marker_ahead = any(o.startswith(s) or s.startswith(o) for o in m.openers)
+                    if (not s or (s.startswith("[") and marker_ahead)) and not final:
+                        return  # a bare list or a marker's "[": not known yet
+                    if s.startswith("[") and not any(s.startswith(o) for o in m.openers):
                         self._raw = buf[: len(buf) - len(s)]
                         self._buf = s
                         self._closer = None
