@@ -506,3 +506,108 @@ def test_output_parser_counts_reasoning_tokens(step: int) -> None:
         (n, a) for n, a in TOOL_CASES["hermes"][0][2]
     ]
     assert parser.called
+
+
+# ---- the families' shared parsers ----------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("text", "schema", "value"),
+    [
+        ("3", {"type": "integer"}, 3),
+        ("3.0", {"type": "number"}, 3),
+        ("0.5", {"type": "number"}, 0.5),
+        ("1e999", {"type": "number"}, "1e999"),
+        ("True", {"type": "boolean"}, True),
+        ("null", {"type": ["string", "null"]}, None),
+        ("none", {"type": ["string", "null"]}, "none"),
+        ('{"a": [1]}', {"type": "object"}, {"a": [1]}),
+        ("[1, 2", {"type": "array"}, "[1, 2"),
+        ("c", {"enum": ["c", "f"]}, "c"),
+        ("7", {"anyOf": [{"type": "integer"}, {"type": "string"}]}, 7),
+        ("7", {"type": "int64"}, 7),
+        ("7", None, "7"),
+        ("7", {"type": "string"}, "7"),
+    ],
+)
+def test_bare_values_are_typed_by_their_schema(text, schema, value) -> None:
+    from tokenwire.parsers.tools.values import coerce
+
+    assert coerce(text, schema) == value
+
+
+def test_xml_string_parameter_streams_as_written() -> None:
+    """A string parameter's text goes out as it comes (a file a model writes streams); the
+    other parameters when they close, typed by the schema."""
+    tools = [
+        {
+            "type": "function",
+            "function": {
+                "name": "write",
+                "parameters": {
+                    "type": "object",
+                    "properties": {"path": {"type": "string"}, "n": {"type": "integer"}},
+                },
+            },
+        }
+    ]
+    parser = TOOL_CALL_PARSERS["qwen3_coder"](make_id=_ids, tools=tools)
+    head = parser.feed("Writing.\n<tool_call>\n<function=write>\n<parameter=n>\n4")
+    assert head.content == "Writing.\n" and [(c.name, c.arguments) for c in head.calls] == [
+        ("write", "")
+    ]
+    assert parser.feed("2\n</parameter>\n<parameter=path>\nline one\n").calls[0].arguments == (
+        '{"n": 42, "path": "line one'
+    )
+    assert parser.feed("line <two> é\n</parameter>\n").calls[0].arguments == '\\nline <two> é"'
+    tail = parser.feed("</function>\n</tool_call>\nDone.")
+    tail.extend(parser.finish())
+    assert (tail.content, "".join(c.arguments for c in tail.calls)) == ("Done.", "}")
+
+
+def test_kimi_calls_keep_their_ids() -> None:
+    text = (
+        "<|tool_calls_section_begin|><|tool_call_begin|>functions.get_weather:3"
+        '<|tool_call_argument_begin|>{"city": "Paris"}<|tool_call_end|>'
+        "<|tool_calls_section_end|>"
+    )
+    _, calls = TOOL_CALL_PARSERS["kimi_k2"](make_id=_ids).parse(text)
+    assert [(c.id, c.name, c.arguments) for c in calls] == [
+        ("functions.get_weather:3", "get_weather", '{"city": "Paris"}')
+    ]
+
+
+def test_a_call_opener_ends_unclosed_thinking() -> None:
+    """GLM's ``<tool_call>`` (a special token) ends thinking the model did not close; the call
+    is the answer's, and the thinking's tokens are counted up to it."""
+    parser = REASONING_PARSERS["glm45"]()
+    out = parser.parse("<think>Let me call.<tool_call>get_weather</tool_call>")
+    assert out == ReasoningDelta("Let me call.", "<tool_call>get_weather</tool_call>")
+    assert parser.reasoning_end == len("<think>Let me call.")
+    # Qwen3's <tool_call> is ordinary text in its thinking.
+    assert REASONING_PARSERS["qwen3"]().parse("<think>a <tool_call> b</think>c") == (
+        ReasoningDelta("a <tool_call> b", "c")
+    )
+
+
+@pytest.mark.parametrize(
+    ("name", "text", "reasoning", "content"),
+    [
+        (
+            "hunyuan_a13b",
+            "<think>\nhm\n</think>\n<answer>\nIt is.\n</answer>",
+            "\nhm\n",
+            "\nIt is.\n",
+        ),
+        ("hunyuan_a13b", "<think>hm</think> no tags", "hm", " no tags"),
+        ("ernie45", "hm\n</think>\n\n<response>\nIt is.\n</response>\n", "hm\n", "\nIt is.\n\n"),
+        ("granite", "Here's my thought process: a\nHere's my response: b", " a\n", " b"),
+        ("granite", "Here is the answer.", "", "Here is the answer."),
+        ("mistral", "[THINK]a[/THINK]b", "a", "b"),
+        ("seed_oss", "<seed:think>a</seed:think>b", "a", "b"),
+        ("minimax_m2", "a</think>b", "a", "b"),
+    ],
+)
+def test_reasoning_formats(name: str, text: str, reasoning: str, content: str) -> None:
+    assert REASONING_PARSERS[name]().parse(text) == ReasoningDelta(reasoning, content)
+    assert _stream_reasoning(name, False, list(text)) == (reasoning, content)
