@@ -8,6 +8,7 @@ anyway).
 
 from __future__ import annotations
 
+import json
 import time
 
 from tokenwire import DecodeStream, Tokenizer
@@ -40,11 +41,36 @@ OUTPUTS = {
     + "<｜tool▁calls▁end｜>",
     "openai": "<|channel|>analysis<|message|>" + THINK + "<|end|><|start|>assistant<|channel|>"
     f"commentary to=functions.get_weather <|constrain|>json<|message|>{ARGS}<|call|>",
+    "qwen3_coder": PROSE
+    + "".join(
+        "<tool_call>\n<function=get_weather>\n<parameter=city>\n巴黎\n</parameter>\n"
+        f"<parameter=note>\n{'x y ' * 40}\n</parameter>\n<parameter=days>\n[1, 2, 3]\n"
+        "</parameter>\n</function>\n</tool_call>\n"
+        for _ in range(2)
+    ),
+    "kimi_k2": PROSE
+    + "<|tool_calls_section_begin|>"
+    + "".join(
+        f"<|tool_call_begin|>functions.get_weather:{i}<|tool_call_argument_begin|>{ARGS}"
+        "<|tool_call_end|>"
+        for i in range(2)
+    )
+    + "<|tool_calls_section_end|>",
+    "granite": PROSE
+    + "<|tool_call|>"
+    + json.dumps([{"name": "get_weather", "arguments": json.loads(ARGS)}] * 2, ensure_ascii=False),
+    "functiongemma": PROSE
+    + "".join(
+        "<start_function_call>call:get_weather{city:<escape>巴黎<escape>,note:<escape>"
+        f"{'x y ' * 40}<escape>,days:[1,2,3]}}<end_function_call>"
+        for _ in range(2)
+    ),
 }
 REASONING = {
     "qwen3": "<think>\n" + THINK + "\n</think>\n\n" + PROSE,
     "deepseek_r1": THINK + "\n</think>\n\n" + PROSE,
     "gpt_oss": OUTPUTS["openai"],
+    "granite": "Here is my thought process:\n" + THINK + "\nHere is my response:\n" + PROSE,
 }
 
 

@@ -37,7 +37,7 @@ TOOL_CASES: dict[str, list[tuple[str, str, list[tuple[str, str]]]]] = {
             "then text",
             [("late", '{"x": 1}')],
         ),
-        ("<tool_call>not json</tool_call> ok", "<tool_call>not json</tool_call>ok", []),
+        ("<tool_call>not json</tool_call> ok", "<tool_call>not json</tool_call> ok", []),
         (
             "no calls at all: <tool_ and </tool_call>",
             "no calls at all: <tool_ and </tool_call>",
@@ -121,8 +121,10 @@ def _ids(index: int) -> str:
     return f"call{index}"
 
 
-def _stream_tools(name: str, pieces: list[str]) -> tuple[str, list[ToolCall]]:
-    parser = TOOL_CALL_PARSERS[name](make_id=_ids)
+def _stream_tools(
+    name: str, pieces: list[str], tools: list | None = None
+) -> tuple[str, list[ToolCall]]:
+    parser = TOOL_CALL_PARSERS[name](make_id=_ids, tools=tools)
     deltas = [parser.feed(p) for p in pieces] + [parser.finish()]
     for d in deltas:
         for c in d.calls:  # OpenAI's shape: id and name only on a call's first delta
@@ -192,50 +194,94 @@ def test_tool_parser_any_split(name: str, k: int, cuts: list[int]) -> None:
     assert _stream_tools(name, _splits(text, cuts)) == whole
 
 
+#: Markup of every format, and text around it, for the any-text tests.
+FRAGMENTS = [
+    "<tool_call>",
+    "</tool_call>",
+    "[TOOL_CALLS]",
+    "[ARGS]",
+    "<|python_tag|>",
+    "<｜tool▁calls▁begin｜>",
+    "<｜tool▁call▁begin｜>",
+    "<｜tool▁sep｜>",
+    "<｜tool▁call▁end｜>",
+    "<|tool_calls_section_begin|>",
+    "<|tool_call_begin|>",
+    "functions.f:0",
+    "<|tool_call_argument_begin|>",
+    "<|tool_call_end|>",
+    "<function=f>",
+    "<parameter=x>",
+    "</parameter>",
+    "</function>",
+    "<arg_key>",
+    "</arg_key>",
+    "<arg_value>",
+    "</arg_value>",
+    "<minimax:tool_call>",
+    '<invoke name="f">',
+    '<parameter name="x">',
+    "</invoke>",
+    '<｜DSML｜parameter name="x" string="false">',
+    "<tool_calls>",
+    "</tool_calls>",
+    "<|tool_call|>",
+    "functools",
+    "<function_call>",
+    "<|action_start|><|plugin|>",
+    "<|action_end|>",
+    "<|message_sep|>",
+    "function call<|role_sep|>",
+    "<start_function_call>",
+    "call:f{x:",
+    "<escape>",
+    "<end_function_call>",
+    "<function_calls>",
+    "</function_calls>",
+    "function",
+    "```json\n",
+    '{"name": "f", "arguments": ',
+    '{"a": "}"}',
+    "}",
+    "]",
+    "[",
+    "f(",
+    "x=1",
+    ")",
+    ";",
+    " ",
+    "\n",
+    "é",
+    "🌧",
+    '"',
+    "<",
+    "12",
+    "abc",
+]
+#: Tools for the any-text tests: ``f``'s ``x`` is an integer (typed), the rest strings.
+FUZZ_TOOLS = [
+    {
+        "type": "function",
+        "function": {
+            "name": "f",
+            "parameters": {"type": "object", "properties": {"x": {"type": "integer"}}},
+        },
+    }
+]
+
+
 @pytest.mark.parametrize("name", list(TOOL_CALL_PARSERS))
 @settings(max_examples=examples(60))
 @given(
-    parts=st.lists(
-        st.sampled_from(
-            [
-                "<tool_call>",
-                "</tool_call>",
-                "[TOOL_CALLS]",
-                "[ARGS]",
-                "<|python_tag|>",
-                "<｜tool▁calls▁begin｜>",
-                "<｜tool▁call▁begin｜>",
-                "<｜tool▁sep｜>",
-                "<｜tool▁call▁end｜>",
-                "function",
-                "```json\n",
-                '{"name": "f", "arguments": ',
-                '{"a": "}"}',
-                "}",
-                "]",
-                "[",
-                "f(",
-                "x=1",
-                ")",
-                ";",
-                " ",
-                "\n",
-                "é",
-                "🌧",
-                '"',
-                "<",
-                "abc",
-            ]
-        ),
-        max_size=14,
-    ),
+    parts=st.lists(st.sampled_from(FRAGMENTS), max_size=14),
     cuts=st.lists(st.integers(min_value=0, max_value=10_000), max_size=8),
 )
 def test_tool_parser_any_text_any_split(name: str, parts: list[str], cuts: list[int]) -> None:
-    """Whatever the text (markup fragments in any order) and its split, streaming == whole."""
+    """Whatever the text (every format's markup in any order) and its split, streaming ==
+    whole."""
     text = "".join(parts)
-    whole = TOOL_CALL_PARSERS[name](make_id=_ids).parse(text)
-    assert _stream_tools(name, _splits(text, cuts)) == whole
+    whole = _stream_tools(name, [text], FUZZ_TOOLS)
+    assert _stream_tools(name, _splits(text, cuts), FUZZ_TOOLS) == whole
 
 
 # ---- real tokenizers -----------------------------------------------------------------------------
@@ -346,6 +392,49 @@ def test_reasoning_any_split(name, opens, text, reasoning, content, cuts) -> Non
     assert _stream_reasoning(name, opens, _splits(text, cuts)) == (reasoning, content)
 
 
+@pytest.mark.parametrize("name", list(REASONING_PARSERS))
+@pytest.mark.parametrize("opens", [False, True])
+@settings(max_examples=examples(40))
+@given(
+    parts=st.lists(
+        st.sampled_from(
+            [
+                *{t for cls in REASONING_PARSERS.values() for t in getattr(cls, "start_tags", ())},
+                *{t for cls in REASONING_PARSERS.values() for t in getattr(cls, "end_tags", ())},
+                *{
+                    t
+                    for cls in REASONING_PARSERS.values()
+                    for t in getattr(cls, "end_keep_tags", ())
+                },
+                "<answer>",
+                "</answer>",
+                "<response>",
+                "</response>",
+                "<|channel|>analysis<|message|>",
+                "<|end|>",
+                "<|start|>assistant",
+                "<|channel|>final<|message|>",
+                "Here",
+                "<",
+                " ",
+                "\n",
+                "é🌧",
+                "abc",
+            ]
+        ),
+        max_size=12,
+    ),
+    cuts=st.lists(st.integers(min_value=0, max_value=10_000), max_size=8),
+)
+def test_reasoning_any_text_any_split(name, opens, parts, cuts) -> None:
+    """Whatever the text (every format's markers in any order) and its split, streaming ==
+    whole."""
+    text = "".join(parts)
+    assert _stream_reasoning(name, opens, _splits(text, cuts)) == _stream_reasoning(
+        name, opens, [text]
+    )
+
+
 def test_gpt_oss_reasoning_on_token_pieces() -> None:
     text = REASONING_CASES[-3][2]
     pieces = _decode_pieces("gptoss", text)
@@ -417,3 +506,108 @@ def test_output_parser_counts_reasoning_tokens(step: int) -> None:
         (n, a) for n, a in TOOL_CASES["hermes"][0][2]
     ]
     assert parser.called
+
+
+# ---- the families' shared parsers ----------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("text", "schema", "value"),
+    [
+        ("3", {"type": "integer"}, 3),
+        ("3.0", {"type": "number"}, 3),
+        ("0.5", {"type": "number"}, 0.5),
+        ("1e999", {"type": "number"}, "1e999"),
+        ("True", {"type": "boolean"}, True),
+        ("null", {"type": ["string", "null"]}, None),
+        ("none", {"type": ["string", "null"]}, "none"),
+        ('{"a": [1]}', {"type": "object"}, {"a": [1]}),
+        ("[1, 2", {"type": "array"}, "[1, 2"),
+        ("c", {"enum": ["c", "f"]}, "c"),
+        ("7", {"anyOf": [{"type": "integer"}, {"type": "string"}]}, 7),
+        ("7", {"type": "int64"}, 7),
+        ("7", None, "7"),
+        ("7", {"type": "string"}, "7"),
+    ],
+)
+def test_bare_values_are_typed_by_their_schema(text, schema, value) -> None:
+    from tokenwire.parsers.tools.values import coerce
+
+    assert coerce(text, schema) == value
+
+
+def test_xml_string_parameter_streams_as_written() -> None:
+    """A string parameter's text goes out as it comes (a file a model writes streams); the
+    other parameters when they close, typed by the schema."""
+    tools = [
+        {
+            "type": "function",
+            "function": {
+                "name": "write",
+                "parameters": {
+                    "type": "object",
+                    "properties": {"path": {"type": "string"}, "n": {"type": "integer"}},
+                },
+            },
+        }
+    ]
+    parser = TOOL_CALL_PARSERS["qwen3_coder"](make_id=_ids, tools=tools)
+    head = parser.feed("Writing.\n<tool_call>\n<function=write>\n<parameter=n>\n4")
+    assert head.content == "Writing.\n" and [(c.name, c.arguments) for c in head.calls] == [
+        ("write", "")
+    ]
+    assert parser.feed("2\n</parameter>\n<parameter=path>\nline one\n").calls[0].arguments == (
+        '{"n": 42, "path": "line one'
+    )
+    assert parser.feed("line <two> é\n</parameter>\n").calls[0].arguments == '\\nline <two> é"'
+    tail = parser.feed("</function>\n</tool_call>\nDone.")
+    tail.extend(parser.finish())
+    assert (tail.content, "".join(c.arguments for c in tail.calls)) == ("Done.", "}")
+
+
+def test_kimi_calls_keep_their_ids() -> None:
+    text = (
+        "<|tool_calls_section_begin|><|tool_call_begin|>functions.get_weather:3"
+        '<|tool_call_argument_begin|>{"city": "Paris"}<|tool_call_end|>'
+        "<|tool_calls_section_end|>"
+    )
+    _, calls = TOOL_CALL_PARSERS["kimi_k2"](make_id=_ids).parse(text)
+    assert [(c.id, c.name, c.arguments) for c in calls] == [
+        ("functions.get_weather:3", "get_weather", '{"city": "Paris"}')
+    ]
+
+
+def test_a_call_opener_ends_unclosed_thinking() -> None:
+    """GLM's ``<tool_call>`` (a special token) ends thinking the model did not close; the call
+    is the answer's, and the thinking's tokens are counted up to it."""
+    parser = REASONING_PARSERS["glm45"]()
+    out = parser.parse("<think>Let me call.<tool_call>get_weather</tool_call>")
+    assert out == ReasoningDelta("Let me call.", "<tool_call>get_weather</tool_call>")
+    assert parser.reasoning_end == len("<think>Let me call.")
+    # Qwen3's <tool_call> is ordinary text in its thinking.
+    assert REASONING_PARSERS["qwen3"]().parse("<think>a <tool_call> b</think>c") == (
+        ReasoningDelta("a <tool_call> b", "c")
+    )
+
+
+@pytest.mark.parametrize(
+    ("name", "text", "reasoning", "content"),
+    [
+        (
+            "hunyuan_a13b",
+            "<think>\nhm\n</think>\n<answer>\nIt is.\n</answer>",
+            "\nhm\n",
+            "\nIt is.\n",
+        ),
+        ("hunyuan_a13b", "<think>hm</think> no tags", "hm", " no tags"),
+        ("ernie45", "hm\n</think>\n\n<response>\nIt is.\n</response>\n", "hm\n", "\nIt is.\n\n"),
+        ("granite", "Here's my thought process: a\nHere's my response: b", " a\n", " b"),
+        ("granite", "Here is the answer.", "", "Here is the answer."),
+        ("mistral", "[THINK]a[/THINK]b", "a", "b"),
+        ("seed_oss", "<seed:think>a</seed:think>b", "a", "b"),
+        ("minimax_m2", "a</think>b", "a", "b"),
+    ],
+)
+def test_reasoning_formats(name: str, text: str, reasoning: str, content: str) -> None:
+    assert REASONING_PARSERS[name]().parse(text) == ReasoningDelta(reasoning, content)
+    assert _stream_reasoning(name, False, list(text)) == (reasoning, content)

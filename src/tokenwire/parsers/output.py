@@ -5,8 +5,9 @@ the output tokens that went to reasoning counted.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from tokenwire.parsers.reasoning import ReasoningStream
 from tokenwire.parsers.tools.base import ToolCall, ToolCallDelta, ToolCallParser, merge_tool_deltas
@@ -38,9 +39,12 @@ class OutputSpec:
     #: The reasoning parser class (a ``ReasoningStream``).
     reasoning: Callable[..., ReasoningStream] | None = None
     prompt_in_reasoning: bool = False
-    #: The tool-call parser class (or a factory taking ``make_id``).
+    #: The tool-call parser class (or a factory taking ``make_id`` and ``tools``).
     tools: Callable[..., ToolCallParser] | None = None
     make_id: Callable[[int], str] | None = None
+    #: The request's ``tools`` (OpenAI's shape): formats whose argument values are bare text
+    #: type them by these schemas.
+    tool_schemas: Sequence[Mapping[str, Any]] | None = None
 
     def new(self, token_chars: Callable[[Sequence[int]], list[int]] | None = None) -> OutputParser:
         """A parser for one choice; ``token_chars`` gives each token's text length (to count
@@ -48,7 +52,7 @@ class OutputSpec:
         reasoning = (
             self.reasoning(prompt_in_reasoning=self.prompt_in_reasoning) if self.reasoning else None
         )
-        tools = self.tools(make_id=self.make_id) if self.tools else None
+        tools = self.tools(make_id=self.make_id, tools=self.tool_schemas) if self.tools else None
         return OutputParser(reasoning, tools, token_chars)
 
 

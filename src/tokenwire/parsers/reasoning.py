@@ -11,6 +11,8 @@ back. The pieces concatenated equal the result of feeding the whole output at on
 - ``deepseek_r1``: everything before ``</think>`` is reasoning (an opening ``<think>`` is
   optional: DeepSeek-R1 templates put it in the prompt); an output that never closes it is all
   reasoning.
+
+The other families differ only in their markers (``ReasoningParser``'s class attributes).
 """
 
 from __future__ import annotations
@@ -23,7 +25,18 @@ from tokenwire.parsers.markers import find_marker
 __all__ = [
     "REASONING_PARSERS",
     "DeepSeekR1ReasoningParser",
+    "DeepSeekV3ReasoningParser",
+    "Ernie45ReasoningParser",
+    "Glm45ReasoningParser",
+    "GraniteReasoningParser",
+    "HunyuanA13BReasoningParser",
+    "KimiK2ReasoningParser",
+    "MinimaxM2ReasoningParser",
+    "MistralReasoningParser",
+    "Olmo3ReasoningParser",
     "Qwen3ReasoningParser",
+    "SeedOssReasoningParser",
+    "Step3ReasoningParser",
     "ReasoningDelta",
     "ReasoningParser",
     "ReasoningStream",
@@ -42,7 +55,7 @@ class ReasoningDelta:
         return bool(self.reasoning or self.content)
 
 
-_START, _REASONING, _CONTENT = 0, 1, 2
+_START, _REASONING, _ANSWER_OPEN, _ANSWER, _CONTENT = range(5)
 
 
 class ReasoningStream:
@@ -85,12 +98,31 @@ class ReasoningStream:
 
 
 class ReasoningParser(ReasoningStream):
-    """Base: ``<think>``/``</think>`` markup. Subclasses say where the output starts."""
+    """Thinking between markers, described by data (subclasses set the class attributes): the
+    output opens with one of ``start_tags`` (or is thinking from its start: ``implicit_start``,
+    or a prompt that opened it), and thinking ends at one of ``end_tags``. A tag in
+    ``end_keep_tags`` (a tool-call opener that is a special token) also ends it, and stays in the
+    answer for the tool-call parser. ``answer_tags``: markup around the answer, dropped."""
 
+    #: Markers that open the thinking at the start of the output (the first is the canonical).
+    start_tags: ClassVar[tuple[str, ...]] = ("<think>",)
+    #: Markers that end it.
+    end_tags: ClassVar[tuple[str, ...]] = ("</think>",)
+    #: Markers that end it and belong to the answer.
+    end_keep_tags: ClassVar[tuple[str, ...]] = ()
+    #: Tags around the answer (open, close), dropped.
+    answer_tags: ClassVar[tuple[str, str] | None] = None
+    #: Whether an output that does not open with a start tag is reasoning anyway.
+    implicit_start: ClassVar[bool] = False
+
+    #: The canonical markers (the first of each).
     start_tag: ClassVar[str] = "<think>"
     end_tag: ClassVar[str] = "</think>"
-    #: Whether an output that does not open with ``start_tag`` is reasoning anyway.
-    implicit_start: ClassVar[bool] = False
+
+    def __init_subclass__(cls, **kw: Any) -> None:
+        super().__init_subclass__(**kw)
+        cls.start_tag = cls.start_tags[0]
+        cls.end_tag = cls.end_tags[0]
 
     def __init__(self, *, prompt_in_reasoning: bool = False) -> None:
         self._buf = ""
@@ -98,6 +130,7 @@ class ReasoningParser(ReasoningStream):
         self._implicit = self.implicit_start or prompt_in_reasoning
         self.reasoning_end = None
         self._consumed = 0
+        self._ends = self.end_tags + self.end_keep_tags
 
     @property
     def decided(self) -> bool:
@@ -111,33 +144,62 @@ class ReasoningParser(ReasoningStream):
 
     def _run(self, text: str, *, final: bool) -> ReasoningDelta:
         buf = self._buf + text
-        out = ReasoningDelta()
-        if self._state == _START:
-            tag = self.start_tag
-            if buf.startswith(tag):
-                self._consumed += len(tag)
-                buf = buf[len(tag) :]
-                self._state = _REASONING
-            elif tag.startswith(buf) and not final:
-                self._buf = buf  # may still become the opening tag
-                return out
-            else:
-                self._state = _REASONING if self._implicit else _CONTENT
-        if self._state == _REASONING:
-            at, marker = find_marker(buf, (self.end_tag,), final=final)
-            out.reasoning = buf[:at]
-            self._consumed += at
-            if marker is None:
-                self._buf = buf[at:]
-                return out
-            self._consumed += len(marker)
-            self.reasoning_end = self._consumed
-            buf = buf[at + len(marker) :]
-            self._state = _CONTENT
-        out.content = buf
-        self._consumed += len(buf)
         self._buf = ""
-        return out
+        out = ReasoningDelta()
+        while True:
+            state = self._state
+            if state == _START:
+                tag = next((t for t in self.start_tags if buf.startswith(t)), None)
+                if tag is not None:
+                    self._consumed += len(tag)
+                    buf = buf[len(tag) :]
+                    self._state = _REASONING
+                elif not final and any(t.startswith(buf) for t in self.start_tags):
+                    self._buf = buf  # may still become an opening tag
+                    return out
+                else:
+                    self._state = _REASONING if self._implicit else self._answer_state()
+            elif state == _REASONING:
+                at, marker = find_marker(buf, self._ends, final=final)
+                out.reasoning += buf[:at]
+                self._consumed += at
+                if marker is None:
+                    self._buf = buf[at:]
+                    return out
+                if marker in self.end_tags:
+                    self._consumed += len(marker)
+                    buf = buf[at + len(marker) :]
+                else:  # a call's opener: the answer starts with it
+                    buf = buf[at:]
+                self.reasoning_end = self._consumed
+                self._state = self._answer_state()
+            elif state == _ANSWER_OPEN:
+                assert self.answer_tags is not None
+                opener = self.answer_tags[0]
+                s = buf.lstrip()
+                if s.startswith(opener):
+                    buf = s[len(opener) :]
+                    self._state = _ANSWER
+                elif not final and (not s or opener.startswith(s)):
+                    self._buf = buf
+                    return out
+                else:
+                    self._state = _CONTENT
+            elif state == _ANSWER:
+                assert self.answer_tags is not None
+                at, marker = find_marker(buf, (self.answer_tags[1],), final=final)
+                out.content += buf[:at]
+                if marker is None:
+                    self._buf = buf[at:]
+                    return out
+                buf = buf[at + len(marker) :]
+                self._state = _CONTENT
+            else:
+                out.content += buf
+                return out
+
+    def _answer_state(self) -> int:
+        return _ANSWER_OPEN if self.answer_tags else _CONTENT
 
 
 class Qwen3ReasoningParser(ReasoningParser):
@@ -153,15 +215,130 @@ class DeepSeekR1ReasoningParser(ReasoningParser):
     implicit_start = True
 
 
+class DeepSeekV3ReasoningParser(ReasoningParser):
+    """DeepSeek-V3.1/V3.2: thinking only when the request turns it on, which its template does
+    by opening ``<think>`` in the prompt."""
+
+    name = "deepseek_v3"
+
+
+class Glm45ReasoningParser(ReasoningParser):
+    """GLM-4.5/4.6/4.7: ``<think>`` opens the output (``enable_thinking: false`` closes it in the
+    prompt); a ``<tool_call>`` ends unclosed thinking."""
+
+    name = "glm45"
+    needs_special_tokens = True
+    end_keep_tags = ("<tool_call>",)
+
+
+class GraniteReasoningParser(ReasoningParser):
+    """Granite 3.2+: ``Here is my thought process:`` ... ``Here is my response:`` (or
+    ``Here's``), plain text."""
+
+    name = "granite"
+    start_tags = ("Here is my thought process:", "Here's my thought process:")
+    end_tags = ("Here is my response:", "Here's my response:")
+
+
+class HunyuanA13BReasoningParser(ReasoningParser):
+    """Hunyuan-A13B: ``<think>`` ... ``</think>``, the answer in ``<answer>`` tags."""
+
+    name = "hunyuan_a13b"
+    answer_tags = ("<answer>", "</answer>")
+
+
+class MistralReasoningParser(ReasoningParser):
+    """Magistral (Mistral tokenizer v13+): ``[THINK]`` ... ``[/THINK]`` special tokens; a
+    ``[TOOL_CALLS]`` ends unclosed thinking."""
+
+    name = "mistral"
+    needs_special_tokens = True
+    start_tags = ("[THINK]",)
+    end_tags = ("[/THINK]",)
+    end_keep_tags = ("[TOOL_CALLS]",)
+
+
+class Step3ReasoningParser(ReasoningParser):
+    """Step-3: thinking until ``</think>`` (its template opens it)."""
+
+    name = "step3"
+    implicit_start = True
+
+
+class SeedOssReasoningParser(ReasoningParser):
+    """Seed-OSS: ``<seed:think>`` ... ``</seed:think>``; a ``<seed:tool_call>`` ends unclosed
+    thinking."""
+
+    name = "seed_oss"
+    needs_special_tokens = True
+    start_tags = ("<seed:think>",)
+    end_tags = ("</seed:think>",)
+    end_keep_tags = ("<seed:tool_call>",)
+
+
+class MinimaxM2ReasoningParser(ReasoningParser):
+    """MiniMax-M2: thinking until ``</think>`` (the template opens it); a
+    ``<minimax:tool_call>`` ends unclosed thinking."""
+
+    name = "minimax_m2"
+    needs_special_tokens = True
+    implicit_start = True
+    end_keep_tags = ("<minimax:tool_call>",)
+
+
+class KimiK2ReasoningParser(ReasoningParser):
+    """Kimi K2 (Thinking): ``<think>`` ... ``</think>``; a tool-calls section ends unclosed
+    thinking."""
+
+    name = "kimi_k2"
+    needs_special_tokens = True
+    end_keep_tags = ("<|tool_calls_section_begin|>",)
+
+
+class Ernie45ReasoningParser(ReasoningParser):
+    """ERNIE-4.5 thinking models: thinking until ``</think>``, the answer in ``<response>``
+    tags."""
+
+    name = "ernie45"
+    implicit_start = True
+    answer_tags = ("<response>", "</response>")
+
+
+class Olmo3ReasoningParser(ReasoningParser):
+    """OLMo 3 Think: thinking until ``</think>`` (``<think>`` optional, plain text)."""
+
+    name = "olmo3"
+    implicit_start = True
+
+
 REASONING_PARSERS: dict[str, Any] = {
-    cls.name: cls for cls in (Qwen3ReasoningParser, DeepSeekR1ReasoningParser)
+    cls.name: cls
+    for cls in (
+        Qwen3ReasoningParser,
+        DeepSeekR1ReasoningParser,
+        DeepSeekV3ReasoningParser,
+        Glm45ReasoningParser,
+        GraniteReasoningParser,
+        HunyuanA13BReasoningParser,
+        MistralReasoningParser,
+        Step3ReasoningParser,
+        SeedOssReasoningParser,
+        MinimaxM2ReasoningParser,
+        KimiK2ReasoningParser,
+        Ernie45ReasoningParser,
+        Olmo3ReasoningParser,
+    )
 }
 
 
 def prompt_opens_reasoning(prompt_text: str, parser: Any) -> bool:
     """Whether the rendered prompt ends inside an opened, unclosed thinking block (the template
     started the model's thinking for it)."""
-    if not hasattr(parser, "start_tag"):
+    starts = getattr(parser, "start_tags", None)
+    if not starts:
         return False
-    start = prompt_text.rfind(parser.start_tag)
-    return start != -1 and prompt_text.find(parser.end_tag, start) == -1
+    start = max(prompt_text.rfind(tag) for tag in starts)
+    if start == -1:
+        return False
+    ends = tuple(getattr(parser, "end_tags", ())) + tuple(getattr(parser, "end_keep_tags", ()))
+    return not any(prompt_text.find(tag, start) != -1 for tag in ends)

@@ -13,9 +13,11 @@ import json
 import re
 import secrets
 import string
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
+
+from tokenwire.parsers.tools.values import ToolSchemas
 
 __all__ = [
     "JsonCallStreamer",
@@ -143,8 +145,15 @@ class ToolCallParser:
     needs_special_tokens: ClassVar[bool] = False
     default_id: ClassVar[Callable[[int], str]] = staticmethod(random_call_id)
 
-    def __init__(self, *, make_id: Callable[[int], str] | None = None) -> None:
+    def __init__(
+        self,
+        *,
+        make_id: Callable[[int], str] | None = None,
+        tools: Sequence[Mapping[str, Any]] | None = None,
+    ) -> None:
         self._make_id = make_id or type(self).default_id
+        #: The request's tools' parameter schemas (formats whose values are bare text type them).
+        self.schemas = ToolSchemas(tools)
         self._buf = ""
         self._calls = 0
         self._done = False

@@ -1,16 +1,21 @@
-"""``deepseek_v3``: DeepSeek-V3 / R1 tool calls between ``<｜tool▁calls▁begin｜>`` and
+"""Calls as a section of delimited calls, each a head, a separator and raw JSON arguments.
+
+``deepseek_v3``: DeepSeek-V3 / R1 tool calls between ``<｜tool▁calls▁begin｜>`` and
 ``<｜tool▁calls▁end｜>``: each ``<｜tool▁call▁begin｜>function<｜tool▁sep｜>NAME`` and the arguments
 in a fenced ``json`` block, ``<｜tool▁call▁end｜>``; also the V3.1 form without the type and the
-fence, ``<｜tool▁call▁begin｜>NAME<｜tool▁sep｜>{...}<｜tool▁call▁end｜>``."""
+fence, ``<｜tool▁call▁begin｜>NAME<｜tool▁sep｜>{...}<｜tool▁call▁end｜>`` (``deepseek_v31``).
+
+``kimi_k2``: the same shape with Kimi's markers, the head being the call's id
+(``functions.NAME:INDEX``), which Kimi's chat template wants back as the call's id."""
 
 from __future__ import annotations
 
 from typing import Any
 
 from tokenwire.parsers.markers import find_marker
-from tokenwire.parsers.tools.base import ToolCallParser, ToolDelta
+from tokenwire.parsers.tools.base import JsonValueStreamer, ToolCallParser, ToolDelta
 
-__all__ = ["DeepSeekV3ToolParser"]
+__all__ = ["DeepSeekV31ToolParser", "DeepSeekV3ToolParser", "KimiK2ToolParser"]
 
 CALLS_BEGIN = "<｜tool▁calls▁begin｜>"
 CALLS_END = "<｜tool▁calls▁end｜>"
@@ -26,19 +31,28 @@ class DeepSeekV3ToolParser(ToolCallParser):
     """DeepSeek-V3 tool-call markup."""
 
     name = "deepseek_v3"
+    calls_begin = CALLS_BEGIN
+    calls_end = CALLS_END
+    call_begin = CALL_BEGIN
+    call_end = CALL_END
+    sep = SEP
+
+    def _head(self, head: str) -> tuple[str, str | None]:
+        """A call's name and id from the head before the separator (not ``function``)."""
+        return head, None
 
     def __init__(self, **kw: Any) -> None:
         super().__init__(**kw)
         self._state = _CONTENT
         self._index = -1
-        self._ends: tuple[str, ...] = (CALL_END,)
+        self._value = JsonValueStreamer()
 
     def _step(self, out: ToolDelta, *, final: bool) -> None:
         while True:
             buf = self._buf
             state = self._state
             if state == _CONTENT:
-                at, marker = find_marker(buf, (CALLS_BEGIN,), final=final)
+                at, marker = find_marker(buf, (self.calls_begin,), final=final)
                 out.content += buf[:at]
                 self._buf = buf[at:]
                 if marker is None:
@@ -47,19 +61,21 @@ class DeepSeekV3ToolParser(ToolCallParser):
                 self._state = _CALLS
             elif state == _CALLS:
                 s = buf.lstrip()
-                if s.startswith(CALL_BEGIN):
-                    self._buf = s[len(CALL_BEGIN) :]
+                if s.startswith(self.call_begin):
+                    self._buf = s[len(self.call_begin) :]
                     self._state = _HEAD
-                elif s.startswith(CALLS_END):
-                    self._buf = s[len(CALLS_END) :]
+                elif s.startswith(self.calls_end):
+                    self._buf = s[len(self.calls_end) :]
                     self._state = _CONTENT
-                elif not final and (not s or CALL_BEGIN.startswith(s) or CALLS_END.startswith(s)):
+                elif not final and (
+                    not s or self.call_begin.startswith(s) or self.calls_end.startswith(s)
+                ):
                     return
                 else:
                     self._state = _CONTENT  # stray text: content
                     self._buf = s
             elif state == _HEAD:
-                at, marker = find_marker(buf, (SEP,), final=final)
+                at, marker = find_marker(buf, (self.sep,), final=final)
                 if marker is None:
                     if final:
                         self._buf = ""
@@ -69,8 +85,8 @@ class DeepSeekV3ToolParser(ToolCallParser):
                 if kind == "function":
                     self._state = _NAME
                 else:
-                    self._index = self._new_call(out, kind)
-                    self._ends = (CALL_END,)
+                    self._index = self._new_call(out, *self._head(kind))
+                    self._value = JsonValueStreamer()
                     self._state = _ARGS
             elif state == _NAME:
                 at = buf.find("\n")
@@ -81,32 +97,56 @@ class DeepSeekV3ToolParser(ToolCallParser):
                 self._buf = buf[at + 1 :]
                 self._state = _FENCED
             elif state == _FENCED:
-                if not final and len(buf) < len(_FENCE) and _FENCE.startswith(buf):
+                if not final and len(buf) < len(_FENCE) + 1 and (_FENCE + "\n").startswith(buf):
                     return
                 if buf.startswith(_FENCE):
-                    rest = buf[len(_FENCE) :]
-                    if not rest and not final:
-                        return
-                    buf = rest[1:] if rest.startswith("\n") else rest
-                    self._ends = ("\n```", "```", CALL_END)
-                else:
-                    self._ends = (CALL_END,)
+                    buf = buf[len(_FENCE) :]
                 self._buf = buf
+                self._value = JsonValueStreamer()
                 self._state = _ARGS
             elif state == _ARGS:
-                at, marker = find_marker(buf, self._ends, final=final)
-                self._add_args(out, self._index, buf[:at])
-                self._buf = buf[at:]
-                if marker is None:
-                    if final:
-                        self._buf = ""
+                if not self._value.started:
+                    s = buf.lstrip()
+                    if s.startswith(self.call_end):  # no arguments
+                        self._add_args(out, self._index, "{}")
+                        self._buf = s
+                        self._state = _SKIP
+                        continue
+                    if not final and (not s or self.call_end.startswith(s)):
+                        return
+                self._add_args(out, self._index, self._value.push(buf, final=final))
+                self._buf = self._value.rest if self._value.complete else ""
+                if not self._value.complete:
                     return
-                self._buf = buf[at + len(marker) :]
-                self._state = _CALLS if marker == CALL_END else _SKIP
-            else:  # _SKIP: to the end of the call
-                at, marker = find_marker(buf, (CALL_END,), final=final)
+                self._state = _SKIP
+            else:  # _SKIP: what is left of the call (a fence's end) carries nothing
+                at, marker = find_marker(buf, (self.call_end,), final=final)
                 if marker is None:
                     self._buf = "" if final else buf[at:]
                     return
                 self._buf = buf[at + len(marker) :]
                 self._state = _CALLS
+
+
+class DeepSeekV31ToolParser(DeepSeekV3ToolParser):
+    """``deepseek_v31``: DeepSeek-V3.1's calls (the V3 parser reads both forms)."""
+
+    name = "deepseek_v31"
+
+
+class KimiK2ToolParser(DeepSeekV3ToolParser):
+    """``kimi_k2``: Kimi K2 calls, ``<|tool_call_begin|>functions.NAME:INDEX
+    <|tool_call_argument_begin|>{...}<|tool_call_end|>`` in a ``<|tool_calls_section_begin|>``
+    section; the head is the call's id."""
+
+    name = "kimi_k2"
+    needs_special_tokens = True
+    calls_begin = "<|tool_calls_section_begin|>"
+    calls_end = "<|tool_calls_section_end|>"
+    call_begin = "<|tool_call_begin|>"
+    call_end = "<|tool_call_end|>"
+    sep = "<|tool_call_argument_begin|>"
+
+    def _head(self, head: str) -> tuple[str, str | None]:
+        name = head.rsplit(":", 1)[0] if ":" in head else head
+        return name.removeprefix("functions."), head

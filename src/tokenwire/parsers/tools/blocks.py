@@ -1,0 +1,312 @@
+"""Calls written as a block between two tags and read whole when the block closes: OLMo 3's
+Python calls and FunctionGemma's own notation. ``BlockToolParser`` finds the block (its closing
+tag counts only outside the format's string literals, so a tag inside an argument does not end
+it) and hands its text to the format's ``calls``. A block that is no calls, or that the output
+never closes (cut short by the token limit), stays in the content as written; space right after
+a block of calls is dropped."""
+
+from __future__ import annotations
+
+import ast
+import json
+from typing import Any, ClassVar
+
+from tokenwire.parsers.markers import find_marker
+from tokenwire.parsers.tools.base import ToolCallParser, ToolDelta
+from tokenwire.parsers.tools.values import coerce
+
+__all__ = ["BlockToolParser", "FunctionGemmaToolParser", "Olmo3ToolParser"]
+
+_CONTENT, _BLOCK, _AFTER = range(3)
+
+
+class BlockToolParser(ToolCallParser):
+    """Calls in ``open_tag`` ... ``close_tag`` blocks (subclasses give the tags, how strings are
+    quoted, and ``calls``)."""
+
+    open_tag: ClassVar[str]
+    close_tag: ClassVar[str]
+    #: The marks that open and close string literals (a close tag inside one is text).
+    string_marks: ClassVar[tuple[str, ...]] = ()
+    #: Whether a backslash in a string escapes the next character.
+    backslash_escapes: ClassVar[bool] = False
+
+    def __init__(self, **kw: Any) -> None:
+        super().__init__(**kw)
+        self._state = _CONTENT
+        self._scan_at = 0  # where the close tag search goes on in the block's text
+        self._quote = ""  # the string literal the scan is in
+
+    def calls(self, body: str) -> list[tuple[str, str]] | None:
+        """``(name, JSON arguments)`` of each call in a block's text, or None if it is none."""
+        raise NotImplementedError
+
+    def _find_close(self, text: str, final: bool) -> int:
+        """Where the close tag starts outside strings, or -1 (not yet)."""
+        i, n, tag = self._scan_at, len(text), self.close_tag
+        while i < n:
+            marks = (self._quote,) if self._quote else (tag, *self.string_marks)
+            if not final and any(len(m) > n - i and m.startswith(text[i:]) for m in marks):
+                break  # a mark may begin here, split across pieces: wait for more
+            if not self._quote and text.startswith(tag, i):
+                return i
+            mark = next((m for m in marks[not self._quote :] if text.startswith(m, i)), None)
+            if mark is not None:
+                self._quote = "" if self._quote else mark
+                i += len(mark)
+            elif self._quote and self.backslash_escapes and text[i] == "\\":
+                i += 2
+            else:
+                i += 1
+        self._scan_at = min(i, n)
+        return -1
+
+    def _step(self, out: ToolDelta, *, final: bool) -> None:
+        while True:
+            buf = self._buf
+            if self._state == _AFTER:
+                rest = buf.lstrip()
+                if not rest and not final:
+                    self._buf = ""
+                    return
+                self._buf = rest
+                self._state = _CONTENT
+            elif self._state == _CONTENT:
+                at, marker = find_marker(buf, (self.open_tag,), final=final)
+                out.content += buf[:at]
+                self._buf = buf[at:]
+                if marker is None:
+                    return
+                self._buf = buf[at + len(marker) :]
+                self._scan_at = 0
+                self._quote = ""
+                self._state = _BLOCK
+            else:
+                end = self._find_close(buf, final)
+                if end < 0:
+                    if final:  # never closed: the block as written
+                        out.content += self.open_tag + buf
+                        self._buf = ""
+                    return
+                calls = self.calls(buf[:end])
+                rest = buf[end + len(self.close_tag) :]
+                if calls is None:
+                    out.content += self.open_tag + buf[: end + len(self.close_tag)]
+                    self._buf = rest
+                    self._state = _CONTENT
+                    continue
+                for name, arguments in calls:
+                    self._whole_call(out, name, arguments)
+                self._buf = rest
+                self._state = _AFTER
+
+
+# ---- OLMo 3 ------------------------------------------------------------------------------------
+
+_LITERAL_NAMES = {"true": True, "false": False, "null": None, "True": True, "False": False}
+_LITERAL_NAMES["None"] = None
+
+
+class _NotLiteral(Exception):
+    pass
+
+
+def _literal(node: ast.expr) -> Any:
+    """A Python/JSON literal's value (``true``, ``false`` and ``null`` read as JSON's)."""
+    if isinstance(node, ast.Constant) and not isinstance(node.value, (bytes, complex)):
+        if node.value is Ellipsis:
+            raise _NotLiteral
+        return node.value
+    if isinstance(node, ast.Name) and node.id in _LITERAL_NAMES:
+        return _LITERAL_NAMES[node.id]
+    if isinstance(node, (ast.List, ast.Tuple)):
+        return [_literal(e) for e in node.elts]
+    if isinstance(node, ast.Dict):
+        if any(k is None for k in node.keys):
+            raise _NotLiteral
+        return {_key(k): _literal(v) for k, v in zip(node.keys, node.values)}  # type: ignore[arg-type]
+    if isinstance(node, ast.UnaryOp) and isinstance(node.op, (ast.USub, ast.UAdd)):
+        value = _literal(node.operand)
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise _NotLiteral
+        return -value if isinstance(node.op, ast.USub) else value
+    raise _NotLiteral
+
+
+def _key(node: ast.expr) -> str:
+    value = _literal(node)
+    if not isinstance(value, str):
+        raise _NotLiteral
+    return value
+
+
+def python_calls(source: str) -> list[tuple[str, str]] | None:
+    """``(name, JSON arguments)`` of each call in Python source that is only calls with keyword
+    arguments of literal values (one statement or list item each), or None."""
+    try:
+        tree = ast.parse(source.strip(), mode="exec")
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
+        return None
+    nodes: list[ast.expr] = []
+    for stmt in tree.body:
+        if not isinstance(stmt, ast.Expr):
+            return None
+        value = stmt.value
+        nodes.extend(value.elts if isinstance(value, (ast.List, ast.Tuple)) else [value])
+    if not nodes:
+        return None
+    out = []
+    for node in nodes:
+        if not isinstance(node, ast.Call) or not isinstance(node.func, ast.Name) or node.args:
+            return None
+        try:
+            args = {kw.arg: _literal(kw.value) for kw in node.keywords if kw.arg is not None}
+            if len(args) != len(node.keywords):
+                return None
+            out.append((node.func.id, json.dumps(args, ensure_ascii=False, allow_nan=False)))
+        except (_NotLiteral, ValueError, TypeError, RecursionError):
+            return None
+    return out
+
+
+class Olmo3ToolParser(BlockToolParser):
+    """``olmo3``: OLMo 3 calls, one Python call a line (``null``/``true``/``false`` literals)
+    in ``<function_calls>`` ... ``</function_calls>``."""
+
+    name = "olmo3"
+    open_tag = "<function_calls>"
+    close_tag = "</function_calls>"
+
+    string_marks = ('"', "'")
+    backslash_escapes = True
+
+    def calls(self, body: str) -> list[tuple[str, str]] | None:
+        return python_calls(body)
+
+
+# ---- FunctionGemma -----------------------------------------------------------------------------
+
+_ESCAPE = "<escape>"
+
+
+class _Reader:
+    """FunctionGemma's value notation: ``<escape>``-quoted strings, ``{key:value,...}``,
+    ``[value,...]`` and bare values."""
+
+    def __init__(self, text: str) -> None:
+        self.text = text
+        self.i = 0
+
+    def value(self, depth: int = 0) -> Any:
+        if depth > 100:
+            raise ValueError("nested too deeply")
+        t = self.text
+        if t.startswith(_ESCAPE, self.i):
+            end = t.find(_ESCAPE, self.i + len(_ESCAPE))
+            if end < 0:
+                raise ValueError("unclosed string")
+            value = t[self.i + len(_ESCAPE) : end]
+            self.i = end + len(_ESCAPE)
+            return value
+        if self.i < len(t) and t[self.i] == "{":
+            return self.mapping(depth)
+        if self.i < len(t) and t[self.i] == "[":
+            self.i += 1
+            items: list[Any] = []
+            while not self.take("]"):
+                if items and not self.take(","):
+                    raise ValueError("expected ,")
+                items.append(self.value(depth + 1))
+            return items
+        start = self.i
+        while self.i < len(t) and t[self.i] not in ",}]":
+            self.i += 1
+        bare = t[start : self.i].strip()
+        if not bare:
+            raise ValueError("empty value")
+        return _Bare(bare)
+
+    def mapping(self, depth: int = 0) -> dict[str, Any]:
+        if not self.take("{"):
+            raise ValueError("expected {")
+        out: dict[str, Any] = {}
+        while not self.take("}"):
+            if out and not self.take(","):
+                raise ValueError("expected ,")
+            colon = self.text.find(":", self.i)
+            if colon < 0:
+                raise ValueError("expected key:")
+            key = self.text[self.i : colon].strip()
+            if not key or any(c in key for c in "{}[],<>"):
+                raise ValueError("bad key")
+            self.i = colon + 1
+            out[key] = self.value(depth + 1)
+        return out
+
+    def take(self, c: str) -> bool:
+        if self.text.startswith(c, self.i):
+            self.i += len(c)
+            return True
+        if self.i >= len(self.text):
+            raise ValueError("ended early")
+        return False
+
+
+class _Bare(str):
+    """A value written without ``<escape>`` quotes (a number, a literal, or a word)."""
+
+
+def _untyped(value: Any) -> Any:
+    """A value with its bare parts read as JSON where they are JSON."""
+    if isinstance(value, _Bare):
+        try:
+            parsed = json.loads(value, parse_constant=_reject)
+        except (ValueError, RecursionError):
+            return str(value)
+        return parsed if not isinstance(parsed, (dict, list)) else str(value)
+    if isinstance(value, dict):
+        return {k: _untyped(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_untyped(v) for v in value]
+    return value
+
+
+def _reject(name: str) -> Any:
+    raise ValueError(name)
+
+
+class FunctionGemmaToolParser(BlockToolParser):
+    """``functiongemma``: FunctionGemma calls, ``<start_function_call>call:NAME{key:value,...}
+    <end_function_call>``, strings between ``<escape>`` tokens; bare values are typed by the
+    tool's schema."""
+
+    name = "functiongemma"
+    needs_special_tokens = True
+    open_tag = "<start_function_call>"
+    close_tag = "<end_function_call>"
+
+    def calls(self, body: str) -> list[tuple[str, str]] | None:
+        body = body.strip()
+        if not body.startswith("call:"):
+            return None
+        brace = body.find("{")
+        name = body[len("call:") : brace].strip() if brace > 0 else ""
+        if not name or any(c.isspace() for c in name):
+            return None
+        reader = _Reader(body[brace:])
+        try:
+            args = reader.mapping()
+        except (ValueError, RecursionError):
+            return None
+        if body[brace + reader.i :].strip():
+            return None
+        for key, value in args.items():
+            schema = self.schemas.parameter(name, key)
+            bare = isinstance(value, _Bare) and schema is not None
+            args[key] = coerce(str(value), schema) if bare else _untyped(value)
+        try:
+            return [(name, json.dumps(args, ensure_ascii=False, allow_nan=False))]
+        except (ValueError, RecursionError):
+            return None
+
+    string_marks = (_ESCAPE,)
