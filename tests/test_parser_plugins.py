@@ -109,7 +109,7 @@ def test_example_streams_as_it_parses(cuts: list[int]) -> None:
 def test_example_serves(registries) -> None:
     """A registered parser needs nothing more of the server: its name selects it."""
     from test_server_tools import ECHO_TEMPLATE, END
-    from tokenwire.server.features import Features
+    from tokenwire.runtime import Features
 
     from test_server_e2e import MODEL, serve
 
@@ -182,3 +182,19 @@ def test_register_checks_what_it_registers(registries) -> None:
     assert TOOL_CALL_PARSERS["named_by_class"] is Named
     register_tool_parser("hermes")(Named)  # a plugin may replace a built-in parser
     assert TOOL_CALL_PARSERS["hermes"] is Named and Named.name == "hermes"
+
+
+def test_the_serve_flags_load_plugins_before_the_names_are_checked(registries) -> None:
+    """``--tool-parser-plugin`` / ``--reasoning-parser-plugin`` (vLLM's flags) register their
+    parsers, which ``--tool-call-parser`` / ``--reasoning-parser`` then name; an unknown name
+    is still refused."""
+    from tokenwire.entrypoints.cli import build_parser
+    from tokenwire.entrypoints.options import output
+
+    argv = ["serve", "--tool-parser-plugin", str(EXAMPLE), "--tool-call-parser", "acme_lines"]
+    argv += ["--reasoning-parser-plugin", str(EXAMPLE), "--reasoning-parser", "acme"]
+    features = output.features(build_parser().parse_args(argv))
+    assert (features.tool_call_parser, features.reasoning_parser) == ("acme_lines", "acme")
+    assert TOOL_CALL_PARSERS["acme_lines"].__module__ != "tokenwire"
+    with pytest.raises(ValueError, match="tool-call parser must be one of"):
+        output.features(build_parser().parse_args(["serve", "--tool-call-parser", "acme_nope"]))

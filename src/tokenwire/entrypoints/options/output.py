@@ -7,6 +7,7 @@ import argparse
 
 from tokenwire.chat import CONTENT_FORMATS, load_chat_template
 from tokenwire.parsers import REASONING_PARSERS, TOOL_CALL_PARSERS
+from tokenwire.parsers.plugins import load_parser_plugin
 from tokenwire.runtime.features import REASONING_FIELDS, Features
 
 __all__ = ["add_arguments", "features"]
@@ -45,9 +46,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     group.add_argument(
         "--reasoning-parser",
-        choices=sorted(REASONING_PARSERS),
         default=None,
-        help="split the model's thinking from its answer into message.reasoning",
+        metavar="NAME",
+        help="split the model's thinking from its answer into message.reasoning: "
+        f"{', '.join(sorted(REASONING_PARSERS))}, or one a --reasoning-parser-plugin registers",
     )
     group.add_argument(
         "--reasoning-field",
@@ -58,9 +60,26 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     group.add_argument(
         "--tool-call-parser",
-        choices=sorted(TOOL_CALL_PARSERS),
         default=None,
-        help="the model's tool-call markup, parsed into message.tool_calls",
+        metavar="NAME",
+        help="the model's tool-call markup, parsed into message.tool_calls: "
+        f"{', '.join(sorted(TOOL_CALL_PARSERS))}, or one a --tool-parser-plugin registers",
+    )
+    group.add_argument(
+        "--tool-parser-plugin",
+        action="append",
+        default=[],
+        metavar="FILE",
+        help="a Python file that registers tool-call parsers (tokenwire.parsers."
+        "register_tool_parser), then named by --tool-call-parser (repeatable)",
+    )
+    group.add_argument(
+        "--reasoning-parser-plugin",
+        action="append",
+        default=[],
+        metavar="FILE",
+        help="a Python file that registers reasoning parsers (tokenwire.parsers."
+        "register_reasoning_parser), then named by --reasoning-parser (repeatable)",
     )
     group.add_argument(
         "--enable-auto-tool-choice",
@@ -71,7 +90,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def features(args: argparse.Namespace) -> Features:
-    """``Features`` from parsed ``tokenwire serve`` options (``ValueError`` if inconsistent)."""
+    """``Features`` from parsed ``tokenwire serve`` options, the parser plugins loaded first
+    (``ValueError`` if inconsistent or a plugin fails)."""
+    for path in [*args.tool_parser_plugin, *args.reasoning_parser_plugin]:
+        load_parser_plugin(path)
     template = load_chat_template(args.chat_template) if args.chat_template else None
     return Features(
         reasoning_parser=args.reasoning_parser,

@@ -134,4 +134,4 @@ def output_spec(
     if tool_cls is None and reasoning_cls is None:
         return None
     opens = reasoning_cls is not None and prompt_opens_reasoning(prompt_text, reasoning_cls)
-    return OutputSpec(reasoning_cls, opens, tool_cls)
+    return OutputSpec(reasoning_cls, opens, tool_cls, tool_schemas=tools)
