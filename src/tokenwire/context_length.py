@@ -1,5 +1,7 @@
-"""Whether a prompt can fit the model's context, known before it is tokenized: the number of
-characters past which a text cannot tokenize to fewer tokens than the context length holds."""
+"""Whether a prompt can fit the model's context, found without the cost of tokenizing a text
+that cannot: the number of characters past which a text cannot tokenize to fewer tokens than the
+context length holds, and tokenization that counts a long text in bounded pieces first (refusing
+it as soon as it is certainly past the context) or keeps only its end."""
 
 from __future__ import annotations
 
@@ -7,9 +9,10 @@ import functools
 import json
 from typing import Any
 
+from tokenwire.messages.errors import ValidationError
 from tokenwire.tokenizer import Tokenizer
 
-__all__ = ["max_prompt_chars"]
+__all__ = ["CUT_SLACK", "PIECE_CHARS", "encode_tail", "encode_within", "max_prompt_chars"]
 
 
 # Pre-tokenizer and normalizer steps that never drop input characters (so every token covers at
@@ -57,3 +60,58 @@ def max_prompt_chars(tok: Tokenizer) -> int | None:
         return None
     per = _chars_per_token(tok)
     return None if per is None else limit * per
+
+
+#: Texts longer than this many characters are tokenized in pieces of this size first, to count
+#: their tokens in bounded memory (the tokenizer needs hundreds of bytes per token).
+PIECE_CHARS = 1 << 16
+#: Tokens a cut between two pieces may add to the count, at most (a token split in two, a word
+#: or a run of digits grouped differently near the cut): a text is refused only when its pieces'
+#: count is past the context by more than this per cut.
+CUT_SLACK = 32
+
+
+def _pieces(text: str) -> range:
+    return range(0, len(text), PIECE_CHARS)
+
+
+def encode_within(
+    tok: Tokenizer, text: str, *, add_special_tokens: bool, where: str, field: str
+) -> list[int]:
+    """``text``'s token ids; ``ValidationError`` (naming ``field``) when they are more than the
+    context length holds. A long text is first counted in pieces, and refused as soon as the count
+    is certainly past the context, so a huge prompt costs memory in proportion to a piece, not to
+    the whole text; one that may fit is tokenized whole, exactly."""
+    limit = tok.max_model_len
+    if limit is not None and len(text) > 2 * PIECE_CHARS:
+        count = 0
+        for cuts, start in enumerate(_pieces(text)):
+            count += len(tok.encode(text[start : start + PIECE_CHARS], add_special_tokens=False))
+            if count > limit + CUT_SLACK * cuts:
+                raise ValidationError(
+                    f"This model's maximum context length is {limit} tokens. However, {where} "
+                    f"has more than {limit} tokens (at least {count - CUT_SLACK * cuts} in its "
+                    f"first {start + PIECE_CHARS} characters).",
+                    param=field,
+                )
+    return tok.encode(text, add_special_tokens=add_special_tokens)
+
+
+def encode_tail(tok: Tokenizer, text: str, keep: int, *, add_special_tokens: bool) -> list[int]:
+    """The last ``keep`` token ids of ``text`` (exactly ``encode(text)[-keep:]``). A long text is
+    counted in pieces from its end; its end is tokenized from a cut where the last ``keep``
+    tokens do not depend on where the text is cut (cutting a character earlier gives the same),
+    so only that much of the text is tokenized, unless the whole text is one such dependency (a
+    single huge word, whose tokens depend on where it starts)."""
+    if len(text) > 2 * PIECE_CHARS:
+        count = 0
+        start = len(text)
+        while start > 1:
+            start = max(1, start - PIECE_CHARS)
+            count += len(tok.encode(text[start : start + PIECE_CHARS], add_special_tokens=False))
+            if count >= keep + 2 * CUT_SLACK:
+                ids = tok.encode(text[start:], add_special_tokens=add_special_tokens)[-keep:]
+                earlier = tok.encode(text[start - 1 :], add_special_tokens=add_special_tokens)
+                if ids == earlier[-keep:]:
+                    return ids
+    return tok.encode(text, add_special_tokens=add_special_tokens)[-keep:]

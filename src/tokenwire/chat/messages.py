@@ -89,7 +89,7 @@ def normalize_messages(messages: Any, *, roles: frozenset[str] | None = None) ->
         if not isinstance(msg, dict):
             raise ValidationError(f"{where} must be an object", param="messages")
         role = msg.get("role")
-        if role not in ROLES:
+        if not isinstance(role, str) or role not in ROLES:
             raise ValidationError(
                 f"{where}.role must be one of {', '.join(sorted(ROLES))}, got {role!r}",
                 param="messages",

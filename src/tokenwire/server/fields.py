@@ -9,7 +9,7 @@ import logging
 from collections.abc import Mapping
 from typing import Any
 
-from tokenwire.context_length import max_prompt_chars
+from tokenwire.context_length import encode_tail, encode_within, max_prompt_chars
 from tokenwire.messages.errors import ModelNotFoundError, ValidationError
 from tokenwire.tokenizer import Tokenizer
 
@@ -35,6 +35,8 @@ MAX_REQUEST_ID_LEN = 256
 #: Unknown field names logged (once each) before the log stops naming new ones.
 _MAX_WARNED = 256
 _warned: set[str] = set()
+#: Characters of an unknown field's name that are logged and remembered.
+_SHOWN_NAME = 48
 
 log = logging.getLogger("tokenwire.server")
 
@@ -59,10 +61,12 @@ def warn_unknown_fields(body: Mapping[str, Any], allowed: set[str]) -> None:
 
 
 def warn_unknown(key: str) -> None:
-    if key in _warned or len(_warned) > _MAX_WARNED:
+    """Log an unknown field's name once (its first few dozen characters: what is kept is bounded
+    whatever the names clients send)."""
+    shown = key if len(key) <= _SHOWN_NAME else key[: _SHOWN_NAME - 3] + "..."
+    if shown in _warned or len(_warned) > _MAX_WARNED:
         return
-    _warned.add(key)
-    shown = key if len(key) <= 64 else key[:61] + "..."
+    _warned.add(shown)
     if len(_warned) > _MAX_WARNED:
         log.warning("more than %d unknown request fields: no longer naming them", _MAX_WARNED)
     else:
@@ -95,9 +99,18 @@ def check_text_length(text: str, tok: Tokenizer, where: str, field: str) -> None
 
 
 def prompt_ids(
-    value: Any, tok: Tokenizer, field: str, *, add_special: bool, check_length: bool = True
+    value: Any,
+    tok: Tokenizer,
+    field: str,
+    *,
+    add_special: bool,
+    keep_last: int | None = None,
+    n: int = 1,
 ) -> list[list[int]]:
-    """``prompt`` (text, token ids, or a batch of either) as token id lists."""
+    """``prompt`` (text, token ids, or a batch of either) as token id lists. The batch times
+    ``n`` is checked against ``MAX_CHOICES`` before anything is tokenized; a text is refused as
+    soon as it is certainly past the context length, or, with ``keep_last``, only its last
+    ``keep_last`` tokens are made."""
     if isinstance(value, str):
         batch: list[Any] = [value]
     elif isinstance(value, list) and value and all(is_int(v) for v in value):
@@ -109,13 +122,18 @@ def prompt_ids(
             f"{field} must be a string, a list of token ids, or a non-empty batch of either",
             param=field,
         )
+    check_choices(len(batch) * n)
     out = []
     for i, p in enumerate(batch):
         where = field if len(batch) == 1 else f"{field}[{i}]"
         if isinstance(p, str):
-            if check_length:
+            if keep_last is None:
                 check_text_length(p, tok, where, field)
-            ids = tok.encode(p, add_special_tokens=add_special)
+                ids = encode_within(
+                    tok, p, add_special_tokens=add_special, where=where, field=field
+                )
+            else:
+                ids = encode_tail(tok, p, keep_last, add_special_tokens=add_special)
         elif isinstance(p, list) and all(is_int(v) for v in p):
             ids = list(p)
             tok.validate_prompt_ids(ids, field=where)

@@ -12,7 +12,7 @@ from tokenwire.messages.errors import ValidationError
 from tokenwire.messages.sampling import SamplingParams
 from tokenwire.runtime import DEFAULT_FEATURES, Features, Plan, Runtime
 from tokenwire.server.config import DEFAULT_LIMITS, RequestLimits
-from tokenwire.server.fields import check_choices, is_int, prompt_ids, warn_unknown_fields
+from tokenwire.server.fields import is_int, prompt_ids, warn_unknown_fields
 from tokenwire.server.http import SSE_DONE, sse
 from tokenwire.server.logprobs import GenerateLogprobs, TokenStrings, generate_logprobs_request
 from tokenwire.server.streaming import (
@@ -94,7 +94,6 @@ def parse_generate(
         )
     sglang_lp = generate_logprobs_request(body, features.max_logprobs)
     prompts = prompt_ids(value, tok, field_name, add_special=True)
-    check_choices(len(prompts))
     stream = body.get("stream", False)
     if not isinstance(stream, bool):
         raise ValidationError(f"stream must be a boolean, got {stream!r}", param="stream")

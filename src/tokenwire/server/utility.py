@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from tokenwire import __version__
+from tokenwire.context_length import encode_within
 from tokenwire.messages.errors import (
     ClientDisconnected,
     QueueFullError,
@@ -21,7 +22,7 @@ from tokenwire.messages.errors import (
 )
 from tokenwire.runtime import DEFAULT_FEATURES, Features
 from tokenwire.server import limits
-from tokenwire.server.fields import check_model, warn_unknown_fields
+from tokenwire.server.fields import check_model, check_text_length, warn_unknown_fields
 from tokenwire.server.http import encode, read_json, respond, send_error
 from tokenwire.server.openai.parse import render_conversation
 from tokenwire.tokenizer import Tokenizer
@@ -89,7 +90,18 @@ def tokenize(
         text = body.get("prompt")
         if not isinstance(text, str):
             raise ValidationError("give prompt (a string) or messages", param="prompt")
-    ids = tok.encode(text, add_special_tokens=add_special)
+    # A text past the context is refused, as a generation route refuses it (vLLM's /tokenize
+    # answers any length; tokenizing a huge text unbounded costs hundreds of bytes a token).
+    field = "messages" if chat else "prompt"
+    check_text_length(text, tok, "the text", field)
+    ids = encode_within(tok, text, add_special_tokens=add_special, where="the text", field=field)
+    limit = tok.max_model_len
+    if limit is not None and len(ids) > limit:
+        raise ValidationError(
+            f"This model's maximum context length is {limit} tokens. However, the text has "
+            f"{len(ids)} tokens.",
+            param=field,
+        )
     strs = None
     if _flag(body, "return_token_strs", False):
         strs = [tok.id_to_token(i) for i in ids]

@@ -16,6 +16,7 @@ from tokenwire.chat import (
     shape_messages,
     template_roles,
 )
+from tokenwire.context_length import encode_tail, encode_within
 from tokenwire.messages.errors import ValidationError
 from tokenwire.messages.sampling import SamplingParams
 from tokenwire.runtime import DEFAULT_FEATURES, Features, Plan
@@ -163,12 +164,12 @@ def _openai_extras(body: Mapping[str, Any]) -> dict[str, Any]:
     return out
 
 
-def _truncate(prompts: list[list[int]], body: Mapping[str, Any], tok: Tokenizer) -> None:
-    """vLLM's ``truncate_prompt_tokens``: keep each prompt's last k tokens (-1: the context
-    length)."""
+def _truncation(body: Mapping[str, Any], tok: Tokenizer) -> int | None:
+    """vLLM's ``truncate_prompt_tokens``: how many of each prompt's last tokens to keep (-1: the
+    context length), or None."""
     k = body.get("truncate_prompt_tokens")
     if k is None:
-        return
+        return None
     limit = tok.max_model_len
     if not is_int(k) or k < -1 or k == 0:
         raise ValidationError(
@@ -176,17 +177,22 @@ def _truncate(prompts: list[list[int]], body: Mapping[str, Any], tok: Tokenizer)
             param="truncate_prompt_tokens",
         )
     if k == -1:
-        if limit is None:
-            return
-        k = limit
+        return limit
     if limit is not None and k > limit:
         raise ValidationError(
             f"truncate_prompt_tokens ({k}) is greater than the context length ({limit})",
             param="truncate_prompt_tokens",
         )
+    return k
+
+
+def _truncate(prompts: list[list[int]], keep: int | None) -> None:
+    """Keep each prompt's last ``keep`` tokens."""
+    if keep is None:
+        return
     for i, p in enumerate(prompts):
-        if len(p) > k:
-            prompts[i] = p[-k:]
+        if len(p) > keep:
+            prompts[i] = p[-keep:]
 
 
 def _n(body: Mapping[str, Any]) -> int:
@@ -292,15 +298,9 @@ def parse_completion(
     stream, include_usage, continuous = _stream_flags(body)
     n = _n(body)
     extras = _openai_extras(body)
-    prompts = prompt_ids(
-        body["prompt"],
-        tok,
-        "prompt",
-        add_special=True,
-        check_length=body.get("truncate_prompt_tokens") is None,
-    )
-    _truncate(prompts, body, tok)
-    check_choices(len(prompts) * n)
+    keep = _truncation(body, tok)
+    prompts = prompt_ids(body["prompt"], tok, "prompt", add_special=True, keep_last=keep, n=n)
+    _truncate(prompts, keep)
     params = _params(body, tok, prompts, DEFAULT_COMPLETION_MAX_TOKENS, "prompt", limits)
     _constrain(params, body, features)
     top, echo, prompt_top = completion_logprobs_request(body, features.max_logprobs)
@@ -350,13 +350,17 @@ def parse_chat(
     n = _n(body)
     check_choices(n)
     extras = _openai_extras(body)
-    if body.get("truncate_prompt_tokens") is None:
+    keep = _truncation(body, tok)
+    if keep is None:
         check_text_length(text, tok, "the rendered conversation", "messages")
-    ids = tok.encode(text, add_special_tokens=False)
+        ids = encode_within(
+            tok, text, add_special_tokens=False, where="the rendered conversation", field="messages"
+        )
+    else:
+        ids = encode_tail(tok, text, keep, add_special_tokens=False)
     if not ids:
         raise ValidationError("the rendered conversation is empty", param="messages")
     prompts = [ids]
-    _truncate(prompts, body, tok)
     params = _params(body, tok, prompts, None, "messages", limits)
     _constrain(params, body, features)
     params.logprobs, params.prompt_logprobs = chat_logprobs_request(body, features.max_logprobs)
