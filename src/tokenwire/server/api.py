@@ -32,7 +32,7 @@ from tokenwire.server.logprobs import (
 from tokenwire.server.structured import (
     STRUCTURED_FIELDS,
     check_grammar_params,
-    structured_fields,
+    structured_request,
 )
 from tokenwire.server.templates import chat_template_for, shape_messages
 from tokenwire.tokenizer import Tokenizer
@@ -93,6 +93,9 @@ class Plan:
     parallel_tool_calls: bool = True
     #: Chat: the message/delta keys the reasoning text goes under.
     reasoning_fields: tuple[str, ...] = ("reasoning",)
+    #: The request field the grammar in ``params`` comes from (its refusal names it); None:
+    #: ``/generate``'s, named as ``SamplingParams`` names them.
+    grammar_field: str | None = None
     id: str = field(default_factory=lambda: uuid.uuid4().hex)
     created: int = field(default_factory=lambda: int(time.time()))
 
@@ -478,7 +481,7 @@ def parse_completion(
     _truncate(prompts, body, tok)
     _check_choices(len(prompts) * n)
     params = _params(body, tok, prompts, DEFAULT_COMPLETION_MAX_TOKENS, "prompt", limits)
-    _constrain(params, body, features)
+    grammar_field = _constrain(params, body, features)
     top, echo, prompt_top = completion_logprobs_request(body, features.max_logprobs)
     params.logprobs, params.prompt_logprobs = top, prompt_top
     return Plan(
@@ -492,6 +495,7 @@ def parse_completion(
         continuous_usage=continuous,
         echo=_echo_texts(body["prompt"], prompts, tok) if echo else None,
         prompt_logprobs=body.get("prompt_logprobs") is not None,
+        grammar_field=grammar_field,
         **extras,
     )
 
@@ -534,7 +538,7 @@ def parse_chat(
     prompts = [ids]
     _truncate(prompts, body, tok)
     params = _params(body, tok, prompts, None, "messages", limits)
-    _constrain(params, body, features)
+    grammar_field = _constrain(params, body, features)
     params.logprobs, params.prompt_logprobs = chat_logprobs_request(body, features.max_logprobs)
     spec = output_spec(body, features, text, options["extra"])
     forced = forced_schema(body)
@@ -546,6 +550,7 @@ def parse_chat(
                 param="tool_choice",
             )
         params.json_schema = forced
+        grammar_field = "tool_choice"
     tools_cls = spec.tools if spec is not None else None
     reasoning_cls = spec.reasoning if spec is not None else None
     special = getattr(tools_cls, "needs_special_tokens", False) or getattr(
@@ -566,6 +571,7 @@ def parse_chat(
         parallel_tool_calls=body.get("parallel_tool_calls") is not False,
         reasoning_fields=features.reasoning_fields(),
         prompt_logprobs=params.prompt_logprobs is not None,
+        grammar_field=grammar_field,
         **extras,
     )
 
@@ -590,11 +596,13 @@ def render_conversation(
     return text, options
 
 
-def _constrain(params: SamplingParams, body: Mapping[str, Any], features: Features) -> None:
+def _constrain(params: SamplingParams, body: Mapping[str, Any], features: Features) -> str | None:
     """The request's structured-output fields onto ``params`` (a 400 when the engine cannot
-    constrain decoding)."""
-    for name, value in structured_fields(body, supported=features.structured_outputs).items():
+    constrain decoding); the request field they came from."""
+    field, grammar = structured_request(body, supported=features.structured_outputs)
+    for name, value in grammar.items():
         setattr(params, name, value)
+    return field
 
 
 def chat_template_options(body: Mapping[str, Any]) -> dict[str, Any]:

@@ -309,6 +309,7 @@ class App:
             header_id = _header(_scope.get(), b"x-request-id")
             if header_id is not None:  # vLLM's: the header names the request, over request_id
                 plan.id = api.request_id(header_id, "x-request-id")
+            await rt.check_grammar(plan)
             subs = rt.submit(plan)
         except ClientDisconnected:
             return
@@ -335,6 +336,7 @@ class App:
                     features=rt.features,
                 ),
             )
+            await rt.check_grammar(plan)
             subs = rt.submit(plan)
         except ClientDisconnected:
             return
