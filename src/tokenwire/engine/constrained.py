@@ -13,8 +13,9 @@ grammar and reads like the engine's other output:
   containers get a few items, optional properties are kept or left out, by the request's seed;
 - it ends within ``max_tokens`` for a grammar whose sentences can: from time to time it measures
   the shortest finish from where it is (the deterministic closing policy, run on a copy of the
-  matcher) and, once the budget left comes near it, follows that policy, which closes everything
-  open and emits EOS. A budget smaller than any finish ends with ``length``, as a model's would.
+  matcher); once the budget left comes near it, it takes a free token only if that policy still
+  finishes in time after it, and otherwise follows the policy, which closes everything open and
+  emits EOS. A budget smaller than any finish ends with ``length``, as a model's would.
 
 Every choice draws from the request's seeded stream, so a seed gives the same output.
 """
@@ -41,8 +42,9 @@ __all__ = ["ConstrainedDecoder", "TextSource", "TokenTables", "finish_length"]
 _SKIP = 8
 #: Tokens of the engine's text per run in a free string: drawn in [_RUN_MIN, _RUN_MAX).
 _RUN_MIN, _RUN_MAX = 2, 12
-#: The budget left over the shortest finish under which the decoder starts closing.
-_MARGIN = 4
+#: The budget left over the shortest finish under which each free token is checked (a
+#: rollout after it) before it is taken.
+_NEAR = 48
 #: Longest finish the closing policy is run for (a pattern it cannot walk costs no more).
 ROLLOUT_LIMIT = 1024
 
@@ -94,6 +96,8 @@ class TokenTables:
     openers: frozenset[int]
     #: Tokens that close something (EOS included).
     closers: frozenset[int]
+    #: Per id (model vocabulary): whether its text is printable ASCII.
+    ascii: np.ndarray
     #: The tokenizer's ``encode`` (no special tokens).
     encode: Callable[[str], list[int]]
 
@@ -150,6 +154,11 @@ class TokenTables:
             texts=texts,
             openers=frozenset(i for i in groups["open"] if texts[i][-1:] in '{["'),
             closers=frozenset((*eos, *groups["close"], *groups["str_close"])),
+            ascii=np.array(
+                [t.isascii() and t.isprintable() and bool(t) for t in texts]
+                + [False] * (tokenizer.model_vocab_size - len(texts)),
+                dtype=bool,
+            ),
             encode=functools.partial(tokenizer.encode, add_special_tokens=False),
         )
 
@@ -249,6 +258,7 @@ class ConstrainedDecoder:
         "_follow",
         "_forced",
         "_last",
+        "_near",
         "_plan",
         "_progress",
         "_run",
@@ -274,6 +284,7 @@ class ConstrainedDecoder:
         self._progress = ClosingState()
         self._follow = True  # still following the engine's text from the start
         self._check_at = 0
+        self._near = False
         self._last = -1
 
     @property
@@ -299,23 +310,44 @@ class ConstrainedDecoder:
         m, t = self.m, self.t
         if m.is_stopped():
             return t.eos[0] if t.eos else 0
-        if not self._closing and budget != float("inf") and self.gen >= self._check_at:
+        bounded = budget != float("inf")
+        if not self._closing and bounded and self.gen >= self._check_at:
             self._check_budget(int(budget))
+        tok = None
         if self._follow and not self._closing:
             nxt = src.peek()
             if nxt is not None and self._ok(nxt):
                 src.skip()
-                return nxt
-            self._follow = False
-        if self._closing:
+                tok = nxt
+            else:
+                self._follow = False
+        if tok is None:
+            if self._closing:
+                return closing_token(m, t, self._buf, self._closing_state)
+            if self._forced:
+                return self._forced.pop()
+            ff = m.compute_ff_tokens()
+            if ff:
+                self._forced = ff[:0:-1]
+                self._want_close = False
+                return ff[0]
+            tok = self._free(src, budget)
+        if self._near and bounded and not self._room_after(tok, int(budget) - 1):
+            self._closing = True  # that token would leave no way to finish in time
             return closing_token(m, t, self._buf, self._closing_state)
-        if self._forced:
-            return self._forced.pop()
-        ff = m.compute_ff_tokens()
-        if ff:
-            self._forced = ff[:0:-1]
-            self._want_close = False
-            return ff[0]
+        return tok
+
+    def _room_after(self, tok: int, left: int) -> bool:
+        """Whether the closing policy still finishes within ``left`` tokens after ``tok``."""
+        if tok in self.t.eos:
+            return True
+        after = self.m.deep_copy()
+        after.consume_token(tok)
+        return finish_length(after, self.t, left) is not None
+
+    def _free(self, src: TextSource, budget: float) -> int:
+        """A token where the grammar leaves a choice (see the module docstring)."""
+        m, t = self.m, self.t
         pressure = self.gen / (self.gen + budget)
         if self._run > 0:  # a run of the engine's text goes on while the grammar allows it
             nxt = src.peek()
@@ -360,11 +392,14 @@ class ConstrainedDecoder:
             self._check_at = self.gen + 64  # no finish found within reach: look again later
             return
         slack = -1 if finish is None else budget - finish
-        if slack < _MARGIN:
+        if slack < 0:
             self._closing = True
             self._forced.clear()
+        elif slack < _NEAR:
+            self._near = True  # from now on each free token is checked before it is taken
+            self._check_at = 1 << 62
         else:
-            self._check_at = self.gen + max(1, slack // 4)
+            self._check_at = self.gen + max(1, slack // 8)
 
     def _text(self, src: TextSource, pressure: float) -> int | None:
         """The engine's next text token in free text (a new run starts when none is going
@@ -432,6 +467,9 @@ class ConstrainedDecoder:
                 options.append((weight, allowed, members))
                 total += weight
         if not options:
+            if ended:  # nothing but more of the value (a pattern's digits): go on
+                self._want_close = False
+                return self._structure(src, in_text, pressure)
             return None
         x = src.uniform() * total
         k = 0
@@ -484,9 +522,11 @@ class ConstrainedDecoder:
         return [chars[c] for c in text if c in chars]
 
     def _fallback(self, src: TextSource) -> int:
-        """Any allowed token, drawn from the mask."""
+        """Any allowed token, drawn from the mask (a plain ASCII one when it can)."""
         self._want_close = False
         allowed = _allowed_ids(self.m, self._buf)
         if not len(allowed):
             return self.t.eos[0] if self.t.eos else 0
-        return int(allowed[int(src.uniform() * len(allowed))])
+        plain = allowed[self.t.ascii[allowed]]
+        pool = plain if len(plain) else allowed
+        return int(pool[int(src.uniform() * len(pool))])
