@@ -409,13 +409,16 @@ class ConstrainedDecoder:
         if start:
             span = _RUN_MIN + int(src.uniform() * (_RUN_MAX - _RUN_MIN))
             self._run = max(1, round(span * (1.0 - pressure)))
-        for _ in range(_SKIP):
+        for k in range(2 * _SKIP):
             tok = src.peek()
             if tok is None:
                 break
             src.skip()
             if start:
-                if texts[tok].startswith("\ufffd"):  # the rest of a character: not a start
+                text = texts[tok]
+                if text.startswith("\ufffd"):  # the rest of a character: not a start
+                    continue
+                if k < _SKIP and not text[:1].isspace():  # a string starts with a word
                     continue
                 if texts[self._last].endswith('"'):
                     tok = self._stripped(tok)
