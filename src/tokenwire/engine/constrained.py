@@ -243,7 +243,9 @@ def finish_length(m: llguidance.LLMatcher, t: TokenTables, limit: int) -> int | 
 
 
 def prepare_grammar(grammar: Grammar, tables: TokenTables, limit: int = ROLLOUT_LIMIT) -> None:
-    """Record the grammar's shortest finish from its start (for the compiler's worker)."""
+    """Record the tables a grammar decodes with and its shortest finish from its start (for
+    the compiler's worker)."""
+    grammar.facts["tables"] = tables
     grammar.facts["finish"] = finish_length(grammar.template, tables, limit)
 
 

@@ -436,10 +436,10 @@ class SyntheticEngine:
             self._failed.append(encode_error_frame(req.rid, str(exc)))
             self.stats["finished"] += 1
             return False
-        assert self._tables is not None
-        if len(self._mask) != self._tables.vocab_words:
-            self._mask = np.zeros(self._tables.vocab_words, dtype=np.int32)
-        seq.decoder = ConstrainedDecoder(grammar, self._tables, self._mask)
+        tables: TokenTables = grammar.facts["tables"]
+        if len(self._mask) != tables.vocab_words:
+            self._mask = np.zeros(tables.vocab_words, dtype=np.int32)
+        seq.decoder = ConstrainedDecoder(grammar, tables, self._mask)
         seq.refill = self._refill
         return True
 
