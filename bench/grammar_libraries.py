@@ -133,7 +133,7 @@ def main() -> None:
             t0 = time.perf_counter()
             for t in ids:
                 llnp.fill_next_token_bitmask(m, mask)
-                assert m.consume_token(t), name
+                assert m.consume_token(t)
             return (time.perf_counter() - t0) / len(ids)
 
         def walk_xg(compiled=compiled, ids=ids) -> float:
@@ -142,7 +142,7 @@ def main() -> None:
             t0 = time.perf_counter()
             for t in ids:
                 m.fill_next_token_bitmask(mask)
-                assert m.accept_token(t), name
+                assert m.accept_token(t)
             return (time.perf_counter() - t0) / len(ids)
 
         p_ll = min(walk_ll() for _ in range(3))
