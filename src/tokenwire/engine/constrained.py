@@ -46,7 +46,7 @@ _RUN_MIN, _RUN_MAX = 2, 12
 #: rollout after it) before it is taken.
 _NEAR = 48
 #: Longest finish the closing policy is run for (a pattern it cannot walk costs no more).
-ROLLOUT_LIMIT = 1024
+ROLLOUT_LIMIT = 512
 
 
 class TextSource(Protocol):

@@ -32,6 +32,7 @@ import hashlib
 import logging
 import zlib
 from collections import deque
+from concurrent.futures import Future
 from dataclasses import dataclass
 from importlib import resources
 from typing import TYPE_CHECKING, Any
@@ -52,8 +53,6 @@ from tokenwire.messages.frames import (
 from tokenwire.messages.sampling import MAX_STOP_TOKEN_SEQUENCE_LEN
 
 if TYPE_CHECKING:
-    from concurrent.futures import Future
-
     from tokenwire.messages.sampling import SamplingParams
     from tokenwire.tokenizer import Tokenizer
 
@@ -428,7 +427,12 @@ class SyntheticEngine:
         if not fut.done():
             self._compiling[req.rid] = (req, fut)
             loop = asyncio.get_running_loop()
-            fut.add_done_callback(lambda _f: loop.call_soon_threadsafe(self._compiled, req.rid))
+
+            def ready(_fut: Future[Grammar]) -> None:
+                with contextlib.suppress(RuntimeError):  # the loop closed meanwhile
+                    loop.call_soon_threadsafe(self._compiled, req.rid)
+
+            fut.add_done_callback(ready)
             return False
         try:
             grammar = fut.result()
