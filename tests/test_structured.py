@@ -1,11 +1,14 @@
-"""Structured outputs: validated in the frontend, passed to an engine that constrains decoding,
-refused with a 400 naming the field by one that cannot."""
+"""Structured outputs: validated in the frontend, passed to an engine that constrains decoding
+(the synthetic one does, with llguidance), refused with a 400 naming the field by one that
+cannot, or when the engine's grammar library refuses the grammar."""
 
 from __future__ import annotations
 
 import json
+import re
 
 import httpx
+import jsonschema
 import openai
 import pytest
 
@@ -168,8 +171,21 @@ def test_sglang_grammar_params() -> None:
 # ---- end to end ----------------------------------------------------------------------------------
 
 
-def test_synthetic_engine_refuses_structured_outputs() -> None:
-    with serve(SyntheticConfig(output="echo")) as s:
+class _Unconstrained(SyntheticEngine):
+    """A synthetic engine that says it cannot constrain decoding."""
+
+    supports_structured_outputs = False
+
+
+def test_an_engine_that_cannot_constrain_refuses_structured_outputs(monkeypatch) -> None:
+    from test_server_tools import END, TOOLS
+    from tokenwire.runtime import Features
+
+    import test_server_e2e
+
+    monkeypatch.setattr(test_server_e2e, "SyntheticEngine", _Unconstrained)
+    features = Features(chat_template="{{ messages[-1]['content'] }}")
+    with serve(SyntheticConfig(output="echo"), features=features) as s:
         with pytest.raises(openai.BadRequestError) as exc:
             s.client.chat.completions.create(
                 model=MODEL,
@@ -188,6 +204,81 @@ def test_synthetic_engine_refuses_structured_outputs() -> None:
             json={"text": "x", "sampling_params": {"regex": "[0-9]+", "max_new_tokens": 2}},
         )
         assert r.status_code == 400 and r.json()["error"]["param"] == "regex"
+        for choice in ("required", {"type": "function", "function": {"name": "get_weather"}}):
+            with pytest.raises(openai.BadRequestError) as exc:
+                s.client.chat.completions.create(
+                    model=MODEL,
+                    messages=[{"role": "user", "content": "hi" + END}],
+                    tools=TOOLS,
+                    tool_choice=choice,
+                )
+            body = exc.value.body
+            assert body["param"] == "tool_choice" and "structured output" in body["message"]
+
+
+def test_the_synthetic_engine_constrains_on_every_route() -> None:
+    """Each form reaches the engine and comes back as a sentence of its grammar; a grammar the
+    engine's grammar library refuses is a 400 naming the field as the client sent it."""
+    with serve(SyntheticConfig()) as s:
+        r = s.client.chat.completions.create(
+            model=MODEL, messages=[{"role": "user", "content": "weather?"}], response_format=RF
+        )
+        jsonschema.validate(json.loads(r.choices[0].message.content), SCHEMA)
+        r = s.client.completions.create(
+            model=MODEL, prompt="x", extra_body={"guided_choice": ["yes", "no?"]}
+        )
+        assert r.choices[0].text in ("yes", "no?")
+        r = s.client.completions.create(
+            model=MODEL, prompt="x", extra_body={"structured_outputs": {"regex": "[0-9]{4}"}}
+        )
+        assert re.fullmatch("[0-9]{4}", r.choices[0].text)
+        r = s.client.chat.completions.create(
+            model=MODEL,
+            messages=[{"role": "user", "content": "x"}],
+            extra_body={"guided_grammar": 'root ::= "n=" [0-9]+'},
+        )
+        assert re.fullmatch("n=[0-9]+", r.choices[0].message.content)
+        r = httpx.post(
+            s.url + "/generate",
+            json={"text": "x", "sampling_params": {"json_schema": json.dumps(SCHEMA)}},
+        )
+        jsonschema.validate(json.loads(r.json()["text"]), SCHEMA)
+        r = httpx.post(
+            s.url + "/generate",
+            json={"text": "x", "sampling_params": {"ebnf": 'root ::= "a" | "b"'}},
+        )
+        assert r.json()["text"] in ("a", "b")
+        chunks = s.client.chat.completions.create(
+            model=MODEL,
+            messages=[{"role": "user", "content": "weather?"}],
+            response_format={"type": "json_object"},
+            stream=True,
+        )
+        text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+        assert isinstance(json.loads(text), dict)
+        for body, param in (
+            ({"guided_grammar": "root ::= ("}, "guided_grammar"),
+            ({"structured_outputs": {"grammar": "root ::= ("}}, "structured_outputs"),
+            ({"guided_json": {"$ref": "#/nope"}}, "guided_json"),
+        ):
+            with pytest.raises(openai.BadRequestError) as exc:
+                s.client.completions.create(model=MODEL, prompt="x", extra_body=body)
+            assert exc.value.body["param"] == param and "llguidance" in exc.value.body["message"]
+        r = httpx.post(
+            s.url + "/generate", json={"text": "x", "sampling_params": {"ebnf": "root ::= ("}}
+        )
+        assert r.status_code == 400 and r.json()["error"]["param"] == "ebnf"
+        bad_tool = [
+            {"type": "function", "function": {"name": "f", "parameters": {"$ref": "#/nope"}}}
+        ]
+        with pytest.raises(openai.BadRequestError) as exc:
+            s.client.chat.completions.create(
+                model=MODEL,
+                messages=[{"role": "user", "content": "x"}],
+                tools=bad_tool,
+                tool_choice="required",
+            )
+        assert exc.value.body["param"] == "tool_choice"
 
 
 class _Constraining(SyntheticEngine):
@@ -274,15 +365,13 @@ def test_tool_choice_required_and_named_with_an_engine_that_constrains(monkeypat
         assert exc.value.body["param"] == "tool_choice"
 
 
-def test_langchain_with_structured_output(monkeypatch) -> None:
-    """LangChain's ``with_structured_output`` (JSON schema and function calling) against an
-    engine that constrains decoding; the synthetic one refuses it with a 400."""
+def test_langchain_with_structured_output() -> None:
+    """LangChain's ``with_structured_output`` (JSON schema, function calling, JSON mode): the echo
+    engine's output is the prompt when it satisfies the constraint."""
     lc = pytest.importorskip("langchain_openai")
     from pydantic import BaseModel
 
     from tokenwire.runtime import Features
-
-    import test_server_e2e
 
     class Weather(BaseModel):
         city: str
@@ -292,26 +381,18 @@ def test_langchain_with_structured_output(monkeypatch) -> None:
     question = '{"city": "巴黎", "days": 3}'
     with serve(SyntheticConfig(output="echo"), features=features) as s:
         llm = lc.ChatOpenAI(base_url=s.url + "/v1", api_key="none", model=MODEL, max_retries=0)
-        with pytest.raises(openai.BadRequestError) as exc:
-            llm.with_structured_output(Weather, method="json_schema").invoke(question)
-        assert exc.value.body["param"] == "response_format"
-    monkeypatch.setattr(test_server_e2e, "SyntheticEngine", _Constraining)
-    with serve(SyntheticConfig(output="echo"), features=features) as s:
-        llm = lc.ChatOpenAI(base_url=s.url + "/v1", api_key="none", model=MODEL, max_retries=0)
         for method in ("json_schema", "function_calling"):
             got = llm.with_structured_output(Weather, method=method).invoke(question)
             assert got == Weather(city="巴黎", days=3), method
-        assert json.loads(s.engine.seen[0].json_schema)["properties"]["days"]["type"] == "integer"
+        got = llm.with_structured_output(None, method="json_mode").invoke(question)
+        assert got == {"city": "巴黎", "days": 3}
 
 
-def test_openai_client_parse(monkeypatch) -> None:
-    """The openai client's ``.parse`` (a Pydantic model as response_format): a 400 naming
-    response_format from the synthetic engine, the parsed object from one that constrains."""
+def test_openai_client_parse() -> None:
+    """The openai client's ``.parse`` (a Pydantic model as response_format)."""
     from pydantic import BaseModel
 
     from tokenwire.runtime import Features
-
-    import test_server_e2e
 
     class Weather(BaseModel):
         city: str
@@ -320,12 +401,5 @@ def test_openai_client_parse(monkeypatch) -> None:
     features = Features(chat_template="{{ messages[-1]['content'] }}<|im_end|>")
     messages = [{"role": "user", "content": '{"city": "Zürich", "days": 2}'}]
     with serve(SyntheticConfig(output="echo"), features=features) as s:
-        with pytest.raises(openai.BadRequestError) as exc:
-            s.client.chat.completions.parse(model=MODEL, messages=messages, response_format=Weather)
-        assert exc.value.body["param"] == "response_format"
-    monkeypatch.setattr(test_server_e2e, "SyntheticEngine", _Constraining)
-    with serve(SyntheticConfig(output="echo"), features=features) as s:
         r = s.client.chat.completions.parse(model=MODEL, messages=messages, response_format=Weather)
         assert r.choices[0].message.parsed == Weather(city="Zürich", days=2)
-        schema = json.loads(s.engine.seen[0].json_schema)
-        assert schema["required"] == ["city", "days"] and schema["additionalProperties"] is False

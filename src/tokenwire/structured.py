@@ -30,6 +30,7 @@ __all__ = [
     "check_grammar_params",
     "check_schema",
     "structured_fields",
+    "structured_request",
 ]
 
 #: Largest JSON schema (serialized), grammar, and regex a request may carry.
@@ -251,6 +252,13 @@ def structured_fields(body: Mapping[str, Any], *, supported: bool) -> dict[str, 
     """``SamplingParams`` grammar fields for an OpenAI request's structured-output fields (at
     most one of them); ``ValidationError`` naming the field when it is malformed, or when the
     engine does not constrain decoding (``supported`` False)."""
+    return structured_request(body, supported=supported)[1]
+
+
+def structured_request(
+    body: Mapping[str, Any], *, supported: bool
+) -> tuple[str | None, dict[str, str]]:
+    """``structured_fields``, with the request field they come from (None without one)."""
     found: list[tuple[str, tuple[str, str]]] = []
     rf = body.get("response_format")
     if rf is not None:
@@ -275,7 +283,7 @@ def structured_fields(body: Mapping[str, Any], *, supported: bool) -> dict[str, 
         else:
             found.append((key, ("ebnf", _grammar(value, key))))
     if not found:
-        return {}
+        return None, {}
     if len(found) > 1:
         raise ValidationError(
             f"{found[1][0]}: set only one of {', '.join(f for f, _ in found)}", param=found[1][0]
@@ -283,7 +291,7 @@ def structured_fields(body: Mapping[str, Any], *, supported: bool) -> dict[str, 
     field, (param, value) = found[0]
     if not supported:
         raise _refuse(field, "structured output" if param == "json_schema" else f"a {param}")
-    return {param: value}
+    return field, {param: value}
 
 
 def check_grammar_params(sampling_params: Mapping[str, Any] | None, *, supported: bool) -> None:

@@ -270,9 +270,17 @@ CORPUS: list[tuple[str, str, bytes, int, str | None]] = [
         "stream_options",
     ),
     (
-        "response-format-json",
+        "response-format-unresolvable-ref",
         CH,
-        _j({"messages": MSGS, "response_format": {"type": "json_object"}}),
+        _j(
+            {
+                "messages": MSGS,
+                "response_format": {
+                    "type": "json_schema",
+                    "json_schema": {"name": "x", "schema": {"$ref": "#/$defs/nope"}},
+                },
+            }
+        ),
         400,
         "response_format",
     ),

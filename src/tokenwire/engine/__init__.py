@@ -28,6 +28,7 @@ __all__ = [
     "EngineRequest",
     "Engine",
     "OutputCallback",
+    "check_grammar",
     "supports_stop_token_sequences",
     "supports_structured_outputs",
 ]
@@ -73,7 +74,10 @@ class Engine(Protocol):
     # ``supports_structured_outputs: bool`` -- the engine constrains decoding to the
     # ``SamplingParams`` fields ``json_schema``, ``regex``, ``ebnf`` and ``structural_tag``.
     # Without it the frontend refuses those requests with a 400 instead of answering them
-    # unconstrained.
+    # unconstrained. Such an engine may also have ``async def check_grammar(params)``, awaited
+    # before a request with a grammar is submitted: a ``ValidationError`` naming the
+    # ``SamplingParams`` field when the engine's grammar library refuses it (read with
+    # ``check_grammar``).
 
 
 def supports_stop_token_sequences(engine: object) -> bool:
@@ -85,3 +89,17 @@ def supports_stop_token_sequences(engine: object) -> bool:
 def supports_structured_outputs(engine: Any) -> bool:
     """Whether ``engine`` declares that it constrains decoding (structured outputs)."""
     return getattr(engine, "supports_structured_outputs", False) is True
+
+
+async def check_grammar(engine: Any, params: SamplingParams) -> None:
+    """Await ``engine``'s check of a request's grammar, if it has one (see ``Engine``)."""
+    if (
+        params.json_schema is None
+        and params.regex is None
+        and params.ebnf is None
+        and params.structural_tag is None
+    ):
+        return
+    check = getattr(engine, "check_grammar", None)
+    if check is not None:
+        await check(params)

@@ -11,6 +11,13 @@ and the step goes out as one batch frame through the real codec. Output sources:
   (deterministic: a test knows the exact output);
 - ``random``: uniformly drawn non-special ids.
 
+Structured outputs: a request with a grammar (``SamplingParams.json_schema``, ``regex``,
+``ebnf``, ``structural_tag``) is decoded inside it: its grammar is compiled with llguidance in a
+worker thread (``tokenwire.engine.grammar``; cached, and a refused one is a ``ValidationError``
+from ``check_grammar``, which the server awaits before it submits), the request is not stepped
+until it is, and each token is chosen among those the grammar allows, reading from the same
+output source (``tokenwire.engine.constrained``).
+
 It honours ``max_new_tokens``, ``min_new_tokens`` (no EOS or stop token before it),
 ``stop_token_ids`` (token id sequences too, unless configured not to), ``ignore_eos``, EOS by
 probability or position, and aborts; and it can inject faults for tests: an id past the
@@ -25,13 +32,16 @@ import hashlib
 import logging
 import zlib
 from collections import deque
+from concurrent.futures import Future
 from dataclasses import dataclass
 from importlib import resources
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from tokenwire.engine import EngineRequest, OutputCallback
+from tokenwire.engine.constrained import ConstrainedDecoder, TokenTables, prepare_grammar
+from tokenwire.engine.grammar import Grammar, GrammarCompiler, constraint_of
 from tokenwire.messages.errors import QueueFullError
 from tokenwire.messages.frames import (
     FRAME_LAYOUTS,
@@ -43,6 +53,7 @@ from tokenwire.messages.frames import (
 from tokenwire.messages.sampling import MAX_STOP_TOKEN_SEQUENCE_LEN
 
 if TYPE_CHECKING:
+    from tokenwire.messages.sampling import SamplingParams
     from tokenwire.tokenizer import Tokenizer
 
 __all__ = ["SyntheticConfig", "SyntheticEngine", "OUTPUTS", "FAULTS", "replay_passages"]
@@ -140,6 +151,8 @@ class _Seq:
         "thinking",
         "prompt_ids",
         "prompt_lp_sent",
+        "decoder",
+        "refill",
     )
 
     def __init__(self, req: EngineRequest, seed: int, eos: frozenset[int]) -> None:
@@ -166,11 +179,25 @@ class _Seq:
         self.source: list[int] = []
         self.cursor = 0
         self.gen = 0
+        #: Constrained decoding (a request with a grammar), and how its source goes on.
+        self.decoder: ConstrainedDecoder | None = None
+        self.refill: Any = None
 
     def uniform(self) -> float:
         """The next number in [0, 1) of this request's seeded stream."""
         self.draws += 1
         return _splitmix64(self.seed, self.draws) / 2.0**64
+
+    # The source as ``constrained.TextSource`` (for a constrained request): it never runs out.
+    def peek(self) -> int | None:
+        if self.cursor >= len(self.source):
+            self.refill(self)
+            if not self.source:
+                return None
+        return self.source[self.cursor]
+
+    def skip(self) -> None:
+        self.cursor += 1
 
 
 def _logprob_columns(rows: list[tuple[list, list]], ids: list[int]) -> tuple[list[list[int]], list]:
@@ -224,8 +251,8 @@ def replay_passages() -> list[str]:
 class SyntheticEngine:
     """The engine; see the module docstring."""
 
-    #: It samples no model: it cannot constrain decoding to a schema or grammar.
-    supports_structured_outputs = False
+    #: It constrains decoding to a JSON schema, regex, grammar or structural tag (llguidance).
+    supports_structured_outputs = True
 
     def __init__(self, tokenizer: Tokenizer, config: SyntheticConfig | None = None) -> None:
         self.tokenizer = tokenizer
@@ -248,6 +275,34 @@ class SyntheticEngine:
         self._think = (tokenizer.token_to_id("<think>"), tokenizer.token_to_id("</think>"))
         #: Counters for tests and metrics.
         self.stats = {"submitted": 0, "aborted": 0, "finished": 0, "steps": 0}
+        #: Grammars (made on the first request with one) and the vocabulary tables they use.
+        self._grammars: GrammarCompiler | None = None
+        self._tables: TokenTables | None = None
+        self._mask = np.zeros(0, dtype=np.int32)
+        #: Requests admitted while their grammar compiles, and errors to send with the next step.
+        self._compiling: dict[str, tuple[EngineRequest, Future[Grammar]]] = {}
+        self._failed: list[bytes] = []
+
+    # ---- grammars --------------------------------------------------------------------------------
+
+    @property
+    def grammars(self) -> GrammarCompiler:
+        """The engine's grammar compiler (its worker thread and cache)."""
+        if self._grammars is None:
+            self._grammars = GrammarCompiler(self.tokenizer, prepare=self._prepare_grammar)
+        return self._grammars
+
+    def _prepare_grammar(self, grammar: Grammar) -> None:
+        """In the compiler's worker: the vocabulary tables (once), the grammar's shortest finish."""
+        if self._tables is None:
+            self._tables = TokenTables.build(self.tokenizer)
+        prepare_grammar(grammar, self._tables)
+
+    async def check_grammar(self, params: SamplingParams) -> None:
+        """Compile a request's grammar (in the worker; cached) before it is submitted:
+        ``ValidationError`` naming the ``SamplingParams`` field when llguidance refuses it."""
+        if constraint_of(params) is not None:
+            await self.grammars.check(params)
 
     # ---- Engine protocol -------------------------------------------------------------------------
 
@@ -270,6 +325,8 @@ class SyntheticEngine:
     async def close(self) -> None:
         self._alive = False
         self._wake.set()
+        if self._grammars is not None:
+            self._grammars.close()
         if self._task is not None:
             self._task.cancel()
             with contextlib.suppress(asyncio.CancelledError, Exception):
@@ -282,11 +339,13 @@ class SyntheticEngine:
         if len(self._waiting) >= self.config.max_waiting:
             raise QueueFullError(f"the engine queue is full ({self.config.max_waiting} waiting)")
         self.stats["submitted"] += 1
+        if constraint_of(request.params) is not None:
+            self.grammars.compile_params(request.params)  # compiling while it waits
         self._waiting.append(request)
         self._wake.set()
 
     def abort(self, rid: str) -> None:
-        if self._running.pop(rid, None) is not None:
+        if self._running.pop(rid, None) is not None or self._compiling.pop(rid, None):
             self.stats["aborted"] += 1
             return
         for req in self._waiting:
@@ -321,7 +380,8 @@ class SyntheticEngine:
     async def _run(self) -> None:
         try:
             while self._alive:
-                if not self._running and not self._waiting and not self._faults:
+                idle = not (self._running or self._waiting or self._faults or self._failed)
+                if idle:
                     self._wake.clear()
                     await self._wake.wait()
                     continue
@@ -354,8 +414,56 @@ class SyntheticEngine:
             req = self._waiting.popleft()
             seq = _Seq(req, self._seed_for(req), self._eos_set)
             seq.source = self._source_for(seq, req)
+            if constraint_of(req.params) is not None and not self._constrain(seq, req):
+                continue
             self._running[req.rid] = seq
             room -= 1
+
+    def _constrain(self, seq: _Seq, req: EngineRequest) -> bool:
+        """Give a request with a grammar its decoder; False when it cannot run yet (its grammar
+        still compiling: it waits aside, not stepped) or at all (refused: an error frame)."""
+        fut = self.grammars.compile_params(req.params)
+        assert fut is not None
+        if not fut.done():
+            self._compiling[req.rid] = (req, fut)
+            loop = asyncio.get_running_loop()
+
+            def ready(_fut: Future[Grammar]) -> None:
+                with contextlib.suppress(RuntimeError):  # the loop closed meanwhile
+                    loop.call_soon_threadsafe(self._compiled, req.rid)
+
+            fut.add_done_callback(ready)
+            return False
+        try:
+            grammar = fut.result()
+        except Exception as exc:
+            self._failed.append(encode_error_frame(req.rid, str(exc)))
+            self.stats["finished"] += 1
+            return False
+        tables: TokenTables = grammar.facts["tables"]
+        if len(self._mask) != tables.vocab_words:
+            self._mask = np.zeros(tables.vocab_words, dtype=np.int32)
+        seq.decoder = ConstrainedDecoder(grammar, tables, self._mask)
+        seq.refill = self._refill
+        return True
+
+    def _compiled(self, rid: str) -> None:
+        """A waiting request's grammar is ready: it is admitted first."""
+        got = self._compiling.pop(rid, None)
+        if got is not None:
+            self._waiting.appendleft(got[0])
+            self._wake.set()
+
+    def _refill(self, seq: _Seq) -> None:
+        """The next stretch of a constrained request's source (replay: the next passage, echo:
+        the prompt again, random: a new block)."""
+        out = self.config.output
+        if out == "replay":
+            assert self._passages is not None
+            seq.source = self._passages[int(seq.uniform() * len(self._passages))]
+        elif out == "random":
+            seq.source = self._random_block(seq)
+        seq.cursor = 0
 
     def _seed_for(self, req: EngineRequest) -> int:
         seed = req.params.sampling_seed
@@ -499,6 +607,8 @@ class SyntheticEngine:
                 malformed = True
             elif fault == "error" and rid is not None and self._running.pop(rid, None):
                 frames.append(encode_error_frame(rid, "injected engine error"))
+        frames.extend(self._failed)
+        self._failed.clear()
         cfg = self.config
         rids: list[str] = []
         finishes: list[dict | None] = []
@@ -521,23 +631,31 @@ class SyntheticEngine:
                     break
                 src = seq.source
                 cursor = seq.cursor
-                if cursor < len(src):  # the common case, inline
-                    tok = src[cursor]
-                    seq.cursor = cursor + 1
-                    source_ends = echo and cursor + 1 >= len(src)
+                if seq.decoder is not None:
+                    # Constrained: the grammar's choice; it says when EOS may come.
+                    tok = seq.decoder.next_token(seq, seq.limit - gen)
+                    source_ends = False
+                    may_stop = True
                 else:
-                    tok, source_ends = self._next_token(seq)
-                    if tok is None:  # echo of an empty prompt
-                        finish = {"type": "length", "length": gen}
-                        break
-                may_stop = gen >= seq.min_new
-                if (
-                    random_eos
-                    and may_stop
-                    and not seq.params.ignore_eos
-                    and (cfg.eos_at == gen + 1 or (cfg.eos_prob and seq.uniform() < cfg.eos_prob))
-                ):
-                    tok = self._eos  # type: ignore[assignment]
+                    if cursor < len(src):  # the common case, inline
+                        tok = src[cursor]
+                        seq.cursor = cursor + 1
+                        source_ends = echo and cursor + 1 >= len(src)
+                    else:
+                        tok, source_ends = self._next_token(seq)  # type: ignore[assignment]
+                        if tok is None:  # echo of an empty prompt
+                            finish = {"type": "length", "length": gen}
+                            break
+                    may_stop = gen >= seq.min_new
+                    if (
+                        random_eos
+                        and may_stop
+                        and not seq.params.ignore_eos
+                        and (
+                            cfg.eos_at == gen + 1 or (cfg.eos_prob and seq.uniform() < cfg.eos_prob)
+                        )
+                    ):
+                        tok = self._eos
                 is_stop = tok in seq.stops
                 if is_stop and not may_stop:
                     tok, is_stop = self._filler, False  # a model would not sample it yet

@@ -45,6 +45,9 @@ class Plan:
     parallel_tool_calls: bool = True
     #: Chat: the message/delta keys the reasoning text goes under.
     reasoning_fields: tuple[str, ...] = ("reasoning",)
+    #: The request field the grammar in ``params`` comes from (its refusal names it); None:
+    #: ``/generate``'s, named as ``SamplingParams`` names them.
+    grammar_field: str | None = None
     id: str = field(default_factory=lambda: uuid.uuid4().hex)
     created: int = field(default_factory=lambda: int(time.time()))
 

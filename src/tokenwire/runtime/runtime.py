@@ -23,6 +23,7 @@ from tokenwire.detok.tables import decode_table
 from tokenwire.engine import (
     Engine,
     EngineRequest,
+    check_grammar,
     supports_stop_token_sequences,
     supports_structured_outputs,
 )
@@ -210,6 +211,17 @@ class Runtime:
             log.error("engine frame with unknown tag %d", tag)
 
     # ---- request side ----------------------------------------------------------------------------
+
+    async def check_grammar(self, plan: Plan) -> None:
+        """Before ``submit``: the engine compiles the request's grammar (off the event loop); one
+        its grammar library refuses is a 400 naming the request's field."""
+        try:
+            await check_grammar(self.engine, plan.params)
+        except ValidationError as exc:
+            field = plan.grammar_field
+            if field is None or exc.param is None or field == exc.param:
+                raise
+            raise ValidationError(exc.detail.replace(exc.param, field, 1), param=field) from None
 
     def submit(self, plan: Plan) -> list[tuple[str, int, EgressSink]]:
         """Register and submit every choice of ``plan``: ``(rid, prompt index, sink)`` each."""

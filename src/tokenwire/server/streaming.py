@@ -324,6 +324,7 @@ async def serve_plan(
     as a stream (``streamer``'s bytes) or a whole response (``gathered``'s status and body)."""
     try:
         plan = await limits.parse_body(receive, parse)
+        await rt.check_grammar(plan)  # (an engine compiles a grammar off the event loop)
         subs = rt.submit(plan)
     except ClientDisconnected:
         return

@@ -33,7 +33,7 @@ from tokenwire.server.fields import (
 )
 from tokenwire.server.logprobs import chat_logprobs_request, completion_logprobs_request
 from tokenwire.server.openai.tools import forced_schema, output_spec
-from tokenwire.structured import STRUCTURED_FIELDS, structured_fields
+from tokenwire.structured import STRUCTURED_FIELDS, structured_request
 from tokenwire.tokenizer import Tokenizer
 
 __all__ = [
@@ -302,7 +302,7 @@ def parse_completion(
     prompts = prompt_ids(body["prompt"], tok, "prompt", add_special=True, keep_last=keep, n=n)
     _truncate(prompts, keep)
     params = _params(body, tok, prompts, DEFAULT_COMPLETION_MAX_TOKENS, "prompt", limits)
-    _constrain(params, body, features)
+    grammar_field = _constrain(params, body, features)
     top, echo, prompt_top = completion_logprobs_request(body, features.max_logprobs)
     params.logprobs, params.prompt_logprobs = top, prompt_top
     return Plan(
@@ -316,6 +316,7 @@ def parse_completion(
         continuous_usage=continuous,
         echo=_echo_texts(body["prompt"], prompts, tok) if echo else None,
         prompt_logprobs=body.get("prompt_logprobs") is not None,
+        grammar_field=grammar_field,
         **extras,
     )
 
@@ -362,7 +363,7 @@ def parse_chat(
         raise ValidationError("the rendered conversation is empty", param="messages")
     prompts = [ids]
     params = _params(body, tok, prompts, None, "messages", limits)
-    _constrain(params, body, features)
+    grammar_field = _constrain(params, body, features)
     params.logprobs, params.prompt_logprobs = chat_logprobs_request(body, features.max_logprobs)
     spec = output_spec(body, features, text, options["extra"])
     forced = forced_schema(body)
@@ -374,6 +375,7 @@ def parse_chat(
                 param="tool_choice",
             )
         params.json_schema = forced
+        grammar_field = "tool_choice"
     tools_cls = spec.tools if spec is not None else None
     reasoning_cls = spec.reasoning if spec is not None else None
     special = getattr(tools_cls, "needs_special_tokens", False) or getattr(
@@ -394,6 +396,7 @@ def parse_chat(
         parallel_tool_calls=body.get("parallel_tool_calls") is not False,
         reasoning_fields=features.reasoning_fields(),
         prompt_logprobs=params.prompt_logprobs is not None,
+        grammar_field=grammar_field,
         **extras,
     )
 
@@ -418,11 +421,13 @@ def render_conversation(
     return text, options
 
 
-def _constrain(params: SamplingParams, body: Mapping[str, Any], features: Features) -> None:
+def _constrain(params: SamplingParams, body: Mapping[str, Any], features: Features) -> str | None:
     """The request's structured-output fields onto ``params`` (a 400 when the engine cannot
-    constrain decoding)."""
-    for name, value in structured_fields(body, supported=features.structured_outputs).items():
+    constrain decoding); the request field they came from."""
+    field, grammar = structured_request(body, supported=features.structured_outputs)
+    for name, value in grammar.items():
         setattr(params, name, value)
+    return field
 
 
 def chat_template_options(body: Mapping[str, Any]) -> dict[str, Any]:
