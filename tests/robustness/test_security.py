@@ -75,11 +75,37 @@ async def test_missing_content_type_is_json(make):
     assert (await call(app, "POST", "/v1/completions", BODY, [])).status == 200
 
 
+@pytest.mark.parametrize(
+    ("origin", "host", "status"),
+    [
+        (b"https://evil.example", b"127.0.0.1:8000", 403),  # a page elsewhere: no CORS for it
+        (b"null", b"127.0.0.1:8000", 403),  # a sandboxed page, a file
+        (b"http://127.0.0.1:8000", b"127.0.0.1:8000", 200),  # this server's own origin
+        (None, b"127.0.0.1:8000", 200),  # not from a browser
+    ],
+)
+@pytest.mark.parametrize("ctype", [None, b"application/json"])
+async def test_a_post_from_another_origin_is_refused(make, origin, host, status, ctype):
+    """``fetch(url, {method: "POST", mode: "no-cors", body: new Blob([json])})`` sends no
+    Content-Type, and browsers always send Origin with it."""
+    app = await make()
+    headers = [(b"host", host)]
+    headers += [(b"origin", origin)] if origin else []
+    headers += [(b"content-type", ctype)] if ctype else []
+    resp = await call(app, "POST", "/v1/completions", BODY, headers)
+    assert resp.status == status
+    if status == 403:
+        assert resp.error()["code"] == 403 and "--allowed-origins" in resp.error()["message"]
+    # Reading is not a cross-site write: GET routes answer whatever the Origin.
+    resp = await call(app, "GET", "/v1/models", b"", [(b"origin", b"https://evil.example")])
+    assert resp.status == 200
+
+
 async def test_cors_is_off_by_default(make):
     app = await make()
     origin = (b"origin", b"https://evil.example")
     resp = await call(app, "POST", "/v1/completions", BODY, [JSON, origin])
-    assert resp.status == 200 and b"access-control-allow-origin" not in resp.headers
+    assert resp.status == 403 and b"access-control-allow-origin" not in resp.headers
     preflight = [origin, (b"access-control-request-method", b"POST")]
     resp = await call(app, "OPTIONS", "/v1/completions", b"", preflight)
     assert resp.status in (404, 405) and b"access-control-allow-origin" not in resp.headers
@@ -106,7 +132,7 @@ async def test_cors_with_allowed_origins(make):
     resp = await call(app, "OPTIONS", "/v1/completions", b"", [bad, preflight[1]])
     assert resp.status == 400 and b"access-control-allow-origin" not in resp.headers
     resp = await call(app, "POST", "/v1/completions", BODY, [JSON, bad])
-    assert b"access-control-allow-origin" not in resp.headers
+    assert resp.status == 403 and b"access-control-allow-origin" not in resp.headers
 
 
 async def test_error_messages_quote_input_briefly(make):

@@ -161,6 +161,14 @@ class UnauthorizedError(TokenwireError):
     error_type = "invalid_request_error"
 
 
+class ForbiddenError(TokenwireError):
+    """A request the server refuses whoever sends it (403): a web page's cross-site request."""
+
+    status = 403
+    prefix = "forbidden"
+    error_type = "invalid_request_error"
+
+
 class UnsupportedMediaTypeError(TokenwireError):
     """A request body of a content type the server does not take (415)."""
 

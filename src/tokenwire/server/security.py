@@ -6,6 +6,10 @@
   preflight (``text/plain``, ``application/x-www-form-urlencoded``, ``multipart/form-data``) is
   refused with 415, so no page can drive the server from a visitor's browser; a request with no
   ``Content-Type`` (curl, most clients' defaults) is accepted as JSON.
+- A request with a body from a web page of another origin (its ``Origin`` header, which browsers
+  always send on such a request, names neither this server nor an allowed origin) is refused
+  with 403, whatever its content type (``fetch`` with ``mode: "no-cors"`` and a Blob body sends
+  none).
 - CORS, off by default, with vLLM's options: ``--allowed-origins``, ``--allowed-methods``,
   ``--allowed-headers``, ``--allow-credentials``.
 """
@@ -16,6 +20,7 @@ import hmac
 from dataclasses import dataclass
 
 from tokenwire.messages.errors import (
+    ForbiddenError,
     TokenwireError,
     UnauthorizedError,
     UnsupportedMediaTypeError,
@@ -71,6 +76,12 @@ class Security:
             if not hmac.compare_digest(given, self._key):
                 return UnauthorizedError("a valid API key is required (Authorization: Bearer ...)")
         if scope["method"] in _BODY_METHODS:
+            origin = _header(scope, b"origin")
+            if origin is not None and not self._origin_allowed(scope, origin):
+                return ForbiddenError(
+                    f"requests from the web page at {origin.decode('latin-1')[:60]!r} are not "
+                    "allowed (--allowed-origins)"
+                )
             ctype = _header(scope, b"content-type")
             if ctype is not None and ctype.split(b";")[0].strip().lower() in _SIMPLE_TYPES:
                 return UnsupportedMediaTypeError(
@@ -78,6 +89,15 @@ class Security:
                     "accepted: send application/json"
                 )
         return None
+
+    def _origin_allowed(self, scope: dict, origin: bytes) -> bool:
+        """Whether a page at ``origin`` may send this request: CORS allows it, or it is this
+        server's own origin (the ``Host`` the request was sent to)."""
+        if self._any_origin or origin in self._origins:
+            return True
+        host = _header(scope, b"host")
+        _, _, rest = origin.partition(b"://")
+        return host is not None and rest.lower() == host.lower()
 
     def _origin(self, scope: dict) -> bytes | None:
         """The request's Origin when CORS allows it."""
