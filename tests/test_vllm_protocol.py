@@ -131,6 +131,11 @@ def test_frontend_settings_from_vllms_args():
         "x",
         9,
     )
+    assert (s["max_header_count"], s["max_header_bytes"]) == (256, 4 << 20)  # vLLM's defaults
+    s = settings_from_args(
+        '{"model": "m", "h11_max_header_count": 8, "h11_max_incomplete_event_size": 1000}'
+    )
+    assert (s["max_header_count"], s["max_header_bytes"]) == (8, 1000)
     with pytest.raises(SystemExit):
         settings_from_args("{}")
 

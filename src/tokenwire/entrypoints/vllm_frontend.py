@@ -64,6 +64,8 @@ def settings_from_args(args_json: str) -> dict[str, Any]:
         "served_model_name": str(served or model),
         "max_model_len": raw.get("max_model_len"),
         "keep_alive": raw.get("http_timeout_keep_alive") or 5,
+        "max_header_count": raw.get("h11_max_header_count") or 256,
+        "max_header_bytes": raw.get("h11_max_incomplete_event_size") or (4 << 20),
         "ready_timeout": float(raw.get("engine_ready_timeout_secs") or 600),
         "log_level": "info",
     }
@@ -105,7 +107,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     # tokenwire's connection protocol, as `tokenwire serve` runs it (connection cap, header
     # timeout, JSON 400s for bad HTTP, no WebSocket), with vLLM's keep-alive as the idle timeout.
-    limits = ConnectionLimits(idle_timeout=float(settings["keep_alive"]))
+    limits = ConnectionLimits(
+        idle_timeout=float(settings["keep_alive"]),
+        max_header_count=int(settings["max_header_count"]),
+        max_header_bytes=int(settings["max_header_bytes"]),
+    )
     server = uvicorn.Server(
         uvicorn_config(
             app,

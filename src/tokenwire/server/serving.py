@@ -6,6 +6,9 @@ to *every* request past the limit (``/health`` too) and never times out a connec
 not sent a full request. tokenwire's connection protocol adds:
 
 - an idle timeout before a connection's first byte (and between requests: uvicorn's keep-alive),
+- header limits (vLLM's ``--h11-max-header-count`` and ``--h11-max-incomplete-event-size``): a
+  request with more header fields, or whose request line and headers take more bytes, is
+  answered 431 and its connection closed, before more of it is kept,
 - a header timeout: a request's headers must be complete within ``header_timeout`` seconds of its
   first byte (slowloris), else 408 and the connection is closed,
 - ``max_connections``: connections are admitted in the order they come, up to this many at a
@@ -26,6 +29,7 @@ import asyncio
 import contextlib
 import logging
 import resource
+import weakref
 from dataclasses import dataclass
 from typing import Any
 
@@ -61,6 +65,10 @@ class ConnectionLimits:
     header_timeout: float | None = 10.0
     #: Seconds a connection may stay silent before its first request and between requests.
     idle_timeout: float | None = 5.0
+    #: Header fields a request may have (vLLM's ``--h11-max-header-count``).
+    max_header_count: int | None = 256
+    #: Bytes a request's line and headers may take (vLLM's ``--h11-max-incomplete-event-size``).
+    max_header_bytes: int | None = 4 << 20
 
     @property
     def hard_cap(self) -> int | None:
@@ -81,20 +89,23 @@ class BodyWriter:
     instead of an ASGI ``send`` coroutine (for a stream's chunks, written from the loop callback
     that delivers a decode step to every stream). The response's start and end still go through
     ``send``; uvicorn's flow control still applies: while the connection's write buffer is full
-    the writer is ``paused``, and ``drained`` waits for it to empty."""
+    the writer is ``paused``, and ``drained`` waits for it to empty. It holds its request only
+    weakly: it lives in the request's scope, which the request holds, and a reference back would
+    keep a finished request (its headers, its body) alive until a garbage collection."""
 
     __slots__ = ("_cycle",)
 
     def __init__(self, cycle: Any) -> None:
-        self._cycle = cycle
+        self._cycle = weakref.ref(cycle)
 
     def serves(self, send: Any) -> bool:
         """Whether body bytes may bypass ``send`` (the ASGI ``send`` under the app's wrappers
         that pass mid-stream messages through, as ``guard.direct`` finds it): it is this
         request's own, and the response has started with chunked transfer coding."""
-        cycle = self._cycle
+        cycle = self._cycle()
         return (
-            getattr(send, "__self__", None) is cycle
+            cycle is not None
+            and getattr(send, "__self__", None) is cycle
             and cycle.response_started
             and bool(cycle.chunked_encoding)
             and not cycle.response_complete
@@ -103,20 +114,31 @@ class BodyWriter:
     @property
     def paused(self) -> bool:
         """Whether the connection's write buffer is full (the client reads slowly)."""
-        cycle = self._cycle
-        return cycle.flow.write_paused and not cycle.disconnected
+        cycle = self._cycle()
+        return cycle is not None and cycle.flow.write_paused and not cycle.disconnected
 
     def write(self, data: bytes) -> None:
         """Write ``data`` as one chunk of the response body (dropped once the client is gone or
         the response is over, as uvicorn's ``send`` drops it)."""
-        cycle = self._cycle
-        if data and not cycle.disconnected and not cycle.response_complete:
+        cycle = self._cycle()
+        if data and cycle is not None and not cycle.disconnected and not cycle.response_complete:
             cycle.transport.write(b"%x\r\n%b\r\n" % (len(data), data))
 
     async def drained(self) -> None:
         """Wait until the connection takes writes again (or is gone)."""
         if self.paused:
-            await self._cycle.flow.drain()
+            cycle = self._cycle()
+            if cycle is not None:
+                await cycle.flow.drain()
+
+
+class _HeadersTooLarge(ValidationError):
+    """A request's headers past the server's limits (431)."""
+
+    status = 431
+
+    def __init__(self, detail: str) -> None:
+        super().__init__(detail, param=None)
 
 
 def _raw_response(status: int, reason: str, err: Any) -> bytes:
@@ -146,6 +168,8 @@ class _LimitedProtocol(HttpToolsProtocol):
         self._awaiting_headers = False
         self._refused = False  # answered 503 over capacity: the rest of the request is ignored
         self._admitted = False  # holds one of the max_connections places
+        self._header_bytes = 0  # of the request whose headers are arriving
+        self._header_count = 0
         # The request being answered: with pipelining, ``self.cycle`` is the newest one queued.
         self._active: Any = None
 
@@ -203,13 +227,45 @@ class _LimitedProtocol(HttpToolsProtocol):
         super().connection_lost(exc)
 
     def data_received(self, data: bytes) -> None:
+        if self._refused:
+            return
         if not self._awaiting_headers and (self.cycle is None or self.cycle.response_complete):
             # The first byte of a request: its headers have header_timeout to arrive.
             self._awaiting_headers = True
+            self._header_bytes = self._header_count = 0
             self._arm(self.limits.header_timeout, self._headers_expired)
+        if self._awaiting_headers:
+            # (Bytes past the headers in this read count too: at most one read's worth more.)
+            self._header_bytes += len(data)
+            most = self.limits.max_header_bytes
+            if most is not None and self._header_bytes > most:
+                self._too_large(f"the request line and headers are over {most} bytes")
+                return
         super().data_received(data)
 
+    def on_header(self, name: bytes, value: bytes) -> None:
+        if self._refused:
+            return
+        self._header_count += 1
+        most = self.limits.max_header_count
+        if most is not None and self._header_count > most:
+            self._too_large(f"the request has more than {most} header fields")
+            return
+        super().on_header(name, value)
+
+    def _too_large(self, why: str) -> None:
+        """Answer 431 and close: the rest of the request is not read."""
+        self._refused = True
+        self._awaiting_headers = False
+        self._disarm()
+        log.info("a request's headers are too large (%s): closing", why)
+        err = _HeadersTooLarge(why + " (--h11-max-header-count, --h11-max-incomplete-event-size)")
+        self.transport.write(_raw_response(431, "Request Header Fields Too Large", err))
+        self.transport.close()
+
     def on_headers_complete(self) -> None:
+        if self._refused:
+            return
         self._awaiting_headers = False
         self._disarm()
         if not self._admit():

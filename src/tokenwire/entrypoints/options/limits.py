@@ -50,6 +50,19 @@ def add_arguments(serve: argparse.ArgumentParser) -> None:
         "requests (default: %(default)s)",
     )
     serve.add_argument(
+        "--h11-max-header-count",
+        type=int,
+        default=256,
+        help="header fields a request may have, 431 past it; 0: no limit (default: %(default)s)",
+    )
+    serve.add_argument(
+        "--h11-max-incomplete-event-size",
+        type=int,
+        default=4 << 20,
+        help="bytes a request's line and headers may take, 431 past it; 0: no limit "
+        "(default: %(default)s, 4 MiB)",
+    )
+    serve.add_argument(
         "--shutdown-timeout",
         type=float,
         default=30.0,
@@ -97,4 +110,6 @@ def connection_limits(args: argparse.Namespace) -> ConnectionLimits:
         max_connections=args.max_connections or None,
         header_timeout=args.header_timeout or None,
         idle_timeout=args.idle_timeout or None,
+        max_header_count=args.h11_max_header_count or None,
+        max_header_bytes=args.h11_max_incomplete_event_size or None,
     )
