@@ -89,6 +89,8 @@ def render_chat(
         )
     except _TemplateError as exc:
         raise ValidationError(f"chat template: {exc}", param="messages") from None
+    except MemoryError:
+        raise  # the process is out of memory: not this conversation's fault
     except Exception as exc:  # a template bug or a shape it cannot take is the request's 400
         raise ValidationError(
             f"the chat template cannot render these messages ({type(exc).__name__}: {exc})",

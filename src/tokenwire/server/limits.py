@@ -6,7 +6,8 @@
 - A body that does not arrive within ``body_timeout`` seconds is refused (408).
 - Bodies past ``OFFLOAD_BYTES`` are decoded and parsed (tokenized, templates rendered) in a worker
   thread, so a 2-million-character prompt does not stall every other stream and ``/health``
-  (the Hugging Face tokenizer releases the GIL).
+  (the Hugging Face tokenizer releases the GIL); so is a body that brings its own chat template
+  (it renders in a worker process, ``template_sandbox``).
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from tokenwire.messages.errors import (
     RequestTimeoutError,
     ValidationError,
 )
+from tokenwire.server.template_sandbox import brings_template
 
 __all__ = [
     "DEFAULT_BODY_TIMEOUT",
@@ -123,9 +125,13 @@ def decode_json(body: bytes) -> Any:
 
 
 async def parse_body(receive: Any, parse: Callable[[Any], T]) -> T:
-    """``parse(json body)``, decoded and parsed in a worker thread when the body is large."""
+    """``parse(json body)``, decoded and parsed in a worker thread when the body is large, or
+    parsed there when it brings its own chat template (which renders in a worker process)."""
     raw = await read_body(receive)
-    if len(raw) <= OFFLOAD_BYTES:
-        return parse(decode_json(raw))
     loop = asyncio.get_running_loop()
-    return await loop.run_in_executor(None, lambda: parse(decode_json(raw)))
+    if len(raw) > OFFLOAD_BYTES:
+        return await loop.run_in_executor(None, lambda: parse(decode_json(raw)))
+    body = decode_json(raw)
+    if brings_template(body):
+        return await loop.run_in_executor(None, parse, body)
+    return parse(body)

@@ -33,6 +33,7 @@ from tokenwire.server.fields import (
 )
 from tokenwire.server.logprobs import chat_logprobs_request, completion_logprobs_request
 from tokenwire.server.openai.tools import forced_schema, output_spec
+from tokenwire.server.template_sandbox import brings_template, render_request_template
 from tokenwire.structured import STRUCTURED_FIELDS, structured_request
 from tokenwire.tokenizer import Tokenizer
 
@@ -415,9 +416,9 @@ def render_conversation(
     messages = normalize_messages(body["messages"], roles=template_roles(template))
     shape_messages(messages, features.chat_template_content_format, template)
     options = chat_template_options(body)
-    text = render_chat(
-        template, messages, bos_token=tok.bos_token, eos_token=tok.eos_token, **options
-    )
+    # A request's own template (trusted) renders in a worker process, bounded in time and memory.
+    render = render_request_template if brings_template(body) else render_chat
+    text = render(template, messages, bos_token=tok.bos_token, eos_token=tok.eos_token, **options)
     return text, options
 
 
