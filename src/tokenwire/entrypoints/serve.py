@@ -60,6 +60,8 @@ def _serve(args: argparse.Namespace) -> int:
             security=server.security_config(args),
             metrics_dir=args.worker_metrics_dir,
             worker_index=args.worker_index,
+            health_port=args.health_port,
+            health_host=args.host,
         ),
     )
     banner = (

@@ -17,6 +17,7 @@ from tokenwire.server import access_log, generate, limits, openai, utility
 from tokenwire.server.config import ServerConfig
 from tokenwire.server.errors import NotFound
 from tokenwire.server.guard import guarded, passing
+from tokenwire.server.health_listener import HealthListener
 from tokenwire.server.http import current_scope, respond, route_of, send_error
 from tokenwire.server.security import Security
 from tokenwire.tokenizer import Tokenizer
@@ -54,6 +55,8 @@ class App:
             **generate.ROUTES,
             **utility.ROUTES,
         }
+        #: ``/health`` and ``/metrics`` on their own port (``--health-port``), once started.
+        self.health: HealthListener | None = None
         tok = runtime.tokenizer
         #: What the info routes report.
         self.facts = utility.ServerFacts(
@@ -125,12 +128,19 @@ class App:
             if message["type"] == "lifespan.startup":
                 try:
                     await self.runtime.start()
+                    if self.config.health_port is not None:
+                        self.health = HealthListener(
+                            self, self.config.health_host, self.config.health_port
+                        )
+                        await self.health.start()
                 except Exception as exc:
                     log.exception("startup failed")
                     await send({"type": "lifespan.startup.failed", "message": str(exc)})
                     return
                 await send({"type": "lifespan.startup.complete"})
             elif message["type"] == "lifespan.shutdown":
+                if self.health is not None:
+                    await self.health.close()
                 await self.runtime.close()
                 await send({"type": "lifespan.shutdown.complete"})
                 return

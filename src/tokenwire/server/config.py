@@ -38,3 +38,7 @@ class ServerConfig(RuntimeConfig):
     limits: RequestLimits = dataclasses.field(default_factory=RequestLimits)
     #: One log line per HTTP request (logger ``tokenwire.access``, level INFO).
     access_log: bool = True
+    #: ``/health`` and ``/metrics`` on a listener of their own, out of the connection cap's
+    #: reach (``--health-port``; None: none).
+    health_port: int | None = None
+    health_host: str = "127.0.0.1"

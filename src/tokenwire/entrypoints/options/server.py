@@ -46,6 +46,14 @@ def add_arguments(serve: argparse.ArgumentParser) -> None:
         "--port", type=int, default=8000, help="port to listen on (default: %(default)s)"
     )
     serve.add_argument(
+        "--health-port",
+        type=int,
+        default=None,
+        help="also serve /health and /metrics on this port (same host), on a listener of its "
+        "own that --max-connections and the request timeouts do not reach (for orchestrators' "
+        "probes); default: none",
+    )
+    serve.add_argument(
         "--api-key",
         default=os.environ.get("TOKENWIRE_API_KEY"),
         help="require 'Authorization: Bearer KEY' on every route but /health and /metrics "
