@@ -223,3 +223,35 @@ def test_a_signal_stops_every_worker_and_engine(sig):
         assert srv.proc.wait(60) == 0
         wait_until(lambda: not any(alive(p) for p in everyone), 30, "no process left")
         assert time.monotonic() - t0 < 30
+
+
+def _refused_at_once(url: str) -> bool:
+    """Whether a new connection is refused at once (not left waiting in a backlog)."""
+    try:
+        httpx.get(url + "/health", timeout=3)
+    except httpx.ConnectError:
+        return True
+    except httpx.HTTPError:
+        return False
+    return False
+
+
+@pytest.mark.parametrize("how", ["sigterm", "a worker dies"])
+def test_new_connections_are_refused_at_once_while_the_server_drains(how):
+    """As with one process: the moment the server drains, the port refuses new connections
+    (they used to wait in the backlog, unanswered, for the whole drain, then be reset)."""
+    with scaled("--step-time-ms", "20", "--shutdown-timeout", "20") as srv:
+        body = {"model": MODEL, "prompt": "Hi", "max_tokens": 5000, "stream": True}
+        body["ignore_eos"] = True
+        threads, _ = start_streams(srv.url, 2, body, timeout=60)  # they hold the drain open
+        wait_until(lambda: metric(srv.url, "tokenwire:num_requests_running") >= 2, 20, "streams")
+        if how == "sigterm":
+            srv.proc.send_signal(signal.SIGTERM)
+        else:
+            os.kill(srv.role("serve --api-server-count")[0], signal.SIGKILL)
+        t0 = time.monotonic()
+        wait_until(lambda: _refused_at_once(srv.url), 10, "new connections refused")
+        assert time.monotonic() - t0 < 10 and srv.proc.poll() is None  # still draining
+        srv.proc.wait(60)
+        for t in threads:
+            t.join(60)

@@ -239,6 +239,11 @@ class Supervisor:
             time.sleep(0.2)
 
     def _shutdown(self) -> None:
+        # Stop listening first: once the workers close their copies of the socket too (as their
+        # drain begins), new connections are refused at once instead of waiting in the backlog.
+        for sock in self._sockets:
+            with contextlib.suppress(OSError):
+                sock.close()
         for proc in self.workers:
             if proc.poll() is None:
                 proc.send_signal(signal.SIGTERM)
@@ -260,9 +265,6 @@ class Supervisor:
                 proc.wait(5)
         if self.config.launcher is not None:
             self.config.launcher.stop()
-        for sock in self._sockets:
-            with contextlib.suppress(OSError):
-                sock.close()
         shutil.rmtree(self.tmp, ignore_errors=True)
 
 

@@ -28,6 +28,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
 import resource
 import weakref
 from dataclasses import dataclass
@@ -359,6 +360,12 @@ class TokenwireServer(uvicorn.Server):
             server.close()
         for sock in sockets or []:
             sock.close()
+        if self.config.fd is not None:
+            # A listening socket handed over by descriptor (--api-server-count): uvicorn listens
+            # on a duplicate and leaves this one open, which would keep the socket listening,
+            # new connections waiting in its backlog for the whole drain.
+            with contextlib.suppress(OSError):
+                os.close(self.config.fd)
         for connection in list(self.server_state.connections):
             connection.shutdown()  # idle keep-alive connections go now, busy ones after
         runtime = self.app.runtime
