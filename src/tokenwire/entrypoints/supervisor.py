@@ -35,6 +35,7 @@ import zmq
 
 from tokenwire.engine.vllm import protocol as wire
 from tokenwire.engine.vllm.launch import VllmLauncher, die_with_parent, free_port
+from tokenwire.messages.errors import CodecError
 
 __all__ = ["SupervisorConfig", "run_supervisor", "worker_argv"]
 
@@ -119,6 +120,8 @@ class Supervisor:
         cfg = self.config
         for sig in (signal.SIGTERM, signal.SIGINT):
             signal.signal(sig, self._on_signal)
+        ctx: zmq.Context | None = None
+        hs: zmq.Socket | None = None
         try:
             http = socket.create_server((cfg.host, cfg.port), backlog=4096)
             http.set_inheritable(True)
@@ -147,9 +150,8 @@ class Supervisor:
             outputs = [
                 f"ipc://{os.path.join(self.tmp, f'out-{i}.sock')}" for i in range(cfg.workers)
             ]
-            self._handshake(hs, wire.encode_init(inputs, outputs))
-            hs.close(0)
-            ctx.term()
+            init = wire.encode_init(inputs, outputs)
+            self._handshake(hs, init)
             log.info(
                 "%d API servers over %d engine(s) on http://%s:%d",
                 cfg.workers,
@@ -157,11 +159,15 @@ class Supervisor:
                 cfg.host,
                 cfg.port,
             )
-            return self._watch()
+            return self._watch(hs, init)
         except _Stop:
             return 0
         finally:
             self._shutdown()
+            if hs is not None:
+                hs.close(0)
+            if ctx is not None:
+                ctx.term()
 
     def _on_signal(self, signum: int, frame: object) -> None:
         self._signal = signum
@@ -223,7 +229,10 @@ class Supervisor:
             else:
                 waiting.discard(identity)
 
-    def _watch(self) -> int:
+    def _watch(self, hs: zmq.Socket, init: bytes) -> int:
+        """Until a signal or a worker's death; meanwhile an engine that comes back (a restarted
+        rank) says hello again and gets the workers' addresses, as at startup."""
+        expected = {wire.engine_identity(r) for r in range(self.config.engines)}
         while True:
             try:
                 self._check()
@@ -236,7 +245,16 @@ class Supervisor:
                     exc,
                 )
                 return 1
-            time.sleep(0.2)
+            if not hs.poll(200):
+                continue
+            identity, payload = hs.recv_multipart()
+            try:
+                msg = wire.decode_handshake(payload)
+            except CodecError:
+                continue
+            if identity in expected and msg["status"] == "HELLO":
+                log.info("engine %r says hello again", identity)
+                hs.send_multipart((identity, init))
 
     def _shutdown(self) -> None:
         # Stop listening first: once the workers close their copies of the socket too (as their

@@ -9,7 +9,11 @@ with no per-token Python work.
 
 An engine that says ``ENGINE_CORE_DEAD``, whose connection drops, or whose process exits is out of
 rotation at once: each of its requests gets an error, and with no engine left the server reports
-itself unhealthy (``alive`` is False) and refuses new requests with 503.
+itself unhealthy (``alive`` is False) and refuses new requests with 503. So is an engine that hangs:
+with requests in flight and nothing from it for ``stall_timeout`` seconds, it is asked a utility
+ping; unanswered, its requests end with an error (and are aborted), and it leaves rotation until
+it says something again. The handshake stays open for the server's life: an engine that comes
+back (a restarted rank) is taken in again.
 """
 
 from __future__ import annotations
@@ -51,6 +55,11 @@ _PROBE_PERIOD = 2.0
 _READ_TURN = 0.001
 #: The longest turn (seconds): after a long pause of the streams, reading as long would stall them.
 _MAX_READ_TURN = 0.05
+#: Seconds an engine with requests in flight may say nothing before it is pinged (and, when the
+#: ping goes unanswered as long again, taken for hung), by default.
+DEFAULT_STALL_TIMEOUT = 60.0
+#: Scheduler stats of an engine that is gone: its gauges go to 0.
+_GONE_STATS = {"num_running_reqs": 0, "num_waiting_reqs": 0, "kv_cache_usage": 0.0}
 
 
 @dataclass
@@ -77,6 +86,9 @@ class VllmEngineConfig:
     progress: Callable[[str], None] | None = None
     #: Polled while waiting for the engines: True gives the startup up (the server is stopping).
     should_stop: Callable[[], bool] | None = None
+    #: Seconds an engine with requests in flight may say nothing before it is pinged, and then
+    #: taken for hung if the ping goes unanswered as long (None: never).
+    stall_timeout: float | None = DEFAULT_STALL_TIMEOUT
 
 
 @dataclass
@@ -86,8 +98,19 @@ class _Core:
     rank: int
     identity: bytes
     ready: dict[str, Any] = field(default_factory=dict)
+    #: Connected (False once its process or connection is gone, until it comes back).
     alive: bool = True
+    #: Answering (False while it is taken for hung: it said nothing, not even to a ping).
+    healthy: bool = True
     in_flight: set[str] = field(default_factory=set)
+    #: When it last sent anything (monotonic seconds).
+    heard: float = field(default_factory=time.monotonic)
+    #: The ping in flight while it is silent, if any.
+    ping: asyncio.Task[None] | None = None
+
+    @property
+    def serving(self) -> bool:
+        return self.alive and self.healthy
 
 
 def check_vllm_params(req: EngineRequest) -> None:
@@ -134,6 +157,9 @@ class VllmEngine:
         self._input_sync: zmq.Socket | None = None
         self._output_sock: zmq.asyncio.Socket | None = None
         self._cores: list[_Core] = []
+        self._by_rank: dict[int, _Core] = {}
+        self._handshake_sock: zmq.asyncio.Socket | None = None
+        self._init: bytes = b""
         self._owner: dict[str, _Core] = {}
         self._prompt_lens: dict[str, int] = {}
         self._max_tokens: dict[str, int | None] = {}
@@ -167,7 +193,7 @@ class VllmEngine:
         return [
             {
                 "rank": c.rank,
-                "alive": c.alive,
+                "alive": c.serving,
                 "in_flight": len(c.in_flight),
                 "kv_capacity_tokens": _kv_capacity(c.ready),
             }
@@ -180,6 +206,7 @@ class VllmEngine:
         self._ctx = zmq.asyncio.Context()
         ranks = range(cfg.engine_start_index, cfg.engine_start_index + cfg.data_parallel_size)
         self._cores = [_Core(r, wire.engine_identity(r)) for r in ranks]
+        self._by_rank = {c.rank: c for c in self._cores}
         if cfg.input_fd is not None and cfg.output_fd is not None:
             self._input = self._adopt(zmq.ROUTER, cfg.input_fd)
             self._output_sock = self._adopt(zmq.PULL, cfg.output_fd)
@@ -201,7 +228,12 @@ class VllmEngine:
         self._tasks = [
             loop.create_task(self._read_outputs(), name="vllm-outputs"),
             loop.create_task(self._watch_connections(), name="vllm-connections"),
+            loop.create_task(self._read_inputs(), name="vllm-inputs"),
         ]
+        if self._handshake_sock is not None:
+            self._tasks.append(loop.create_task(self._serve_handshake(), name="vllm-handshake"))
+        if cfg.stall_timeout is not None:
+            self._tasks.append(loop.create_task(self._watch_stalls(), name="vllm-stalls"))
         if cfg.launcher is not None:
             self._tasks.append(loop.create_task(self._watch_launcher(), name="vllm-process"))
         log.info(
@@ -222,6 +254,9 @@ class VllmEngine:
         for fut in self._utility.values():
             if not fut.done():
                 fut.set_exception(QueueFullError("the engine is shutting down"))
+        if self._handshake_sock is not None:
+            self._handshake_sock.close(linger=0)
+            self._handshake_sock = None
         if self.config.launcher is not None:
             await asyncio.to_thread(self.config.launcher.stop)
         if self._ctx is not None:
@@ -237,7 +272,7 @@ class VllmEngine:
         if p.max_new_tokens == 0 and p.prompt_logprobs is None:
             self._finish_locally(request)
             return
-        core = min((c for c in self._cores if c.alive), key=lambda c: len(c.in_flight))
+        core = min((c for c in self._cores if c.serving), key=lambda c: len(c.in_flight))
         sampling = wire.sampling_params_map(
             request.params, len(request.prompt_ids), self.max_model_len, self.eos
         )
@@ -253,6 +288,8 @@ class VllmEngine:
         except zmq.ZMQError as exc:
             self._core_died(core, f"cannot reach engine rank {core.rank}: {exc}")
             raise QueueFullError(f"the engine is not reachable ({exc})") from None
+        if not core.in_flight:
+            core.heard = time.monotonic()  # (silence before it had work is no stall)
         core.in_flight.add(rid)
         self._owner[rid] = core
         self._prompt_lens[rid] = len(request.prompt_ids)
@@ -275,16 +312,24 @@ class VllmEngine:
 
     async def call_utility(self, method: str, *args: Any, rank: int | None = None) -> Any:
         """Call a utility method on an engine (the first live one unless ``rank``)."""
-        core = next((c for c in self._cores if c.alive and (rank is None or c.rank == rank)), None)
+        core = next(
+            (c for c in self._cores if c.serving and (rank is None or c.rank == rank)), None
+        )
         if core is None:
             raise QueueFullError("no live engine to call")
+        return await self._call(core, method, *args)
+
+    async def _call(self, core: _Core, method: str, *args: Any) -> Any:
         call_id = next(self._call_ids)
         fut: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
         self._utility[call_id] = fut
         payload = wire.encode_utility(self.config.client_index, call_id, method, args)
         assert self._input_sync is not None
-        self._input_sync.send_multipart((core.identity, wire.UTILITY, payload))
-        return await fut
+        try:
+            self._input_sync.send_multipart((core.identity, wire.UTILITY, payload))
+            return await fut
+        finally:
+            self._utility.pop(call_id, None)  # (answered, or given up: a ping timed out)
 
     # ---- internals -------------------------------------------------------------------------------
 
@@ -294,6 +339,8 @@ class VllmEngine:
         sock = self._ctx.socket(kind)
         sock.setsockopt(zmq.USE_FD, fd)
         _tune(sock)
+        if kind == zmq.ROUTER:
+            sock.setsockopt(zmq.ROUTER_HANDOVER, 1)  # a restarted engine takes its identity
         family = socket.AF_UNIX
         probe = socket.socket(fileno=fd)
         try:
@@ -318,6 +365,7 @@ class VllmEngine:
         hs.bind(cfg.handshake_address)
         self._input = self._ctx.socket(zmq.ROUTER)
         _tune(self._input)
+        self._input.setsockopt(zmq.ROUTER_HANDOVER, 1)  # a restarted engine takes its identity
         self._input.bind(f"tcp://{host}:*")
         self._output_sock = self._ctx.socket(zmq.PULL)
         _tune(self._output_sock)
@@ -362,9 +410,14 @@ class VllmEngine:
                 else:
                     waiting_ready.discard(identity)
             await ready_task
+        except BaseException:
+            hs.close(linger=0)
+            raise
         finally:
             ready_task.cancel()
-            hs.close(linger=0)
+        # Kept open for the server's life: an engine that comes back says hello again.
+        self._handshake_sock = hs
+        self._init = init
 
     async def _wait_ready_responses(self, deadline: float) -> None:
         """Each engine's ready response, on the input socket (needed before it can be routed to)."""
@@ -384,11 +437,25 @@ class VllmEngine:
             core.ready = wire.decode_ready_response(rest[0] if rest else b"")
             waiting.discard(identity)
 
-    def _malformed(self, buf: Any, exc: Exception) -> None:
-        """An output message that does not decode: the requests it names fail, here and in the
-        engine (no request may keep running with nobody to read it)."""
-        rids = [rid for rid in wire.request_ids_in(buf) if rid in self._owner]
-        log.error("malformed engine output (%s): failing %d request(s)", exc, len(rids))
+    def _malformed(self, buf: Any, exc: Exception, rank: int | None = None) -> None:
+        """An output message that does not decode: every request in flight on its engine fails,
+        here and in the engine (the message may have carried any of their tokens, so none of
+        their counts can be trusted; no request may keep running with nobody to read it). When
+        the message does not say its engine, every engine's requests fail. The engine stays in
+        rotation: its later messages may decode."""
+        if rank is None:
+            rank = wire.engine_index_in(buf)
+        core = self._by_rank.get(rank) if rank is not None else None
+        cores = [core] if core is not None else self._cores
+        rids = [rid for c in cores for rid in c.in_flight]
+        rids += [rid for rid in wire.request_ids_in(buf) if rid in self._owner and rid not in rids]
+        where = f"engine rank {rank}" if core is not None else "an unknown engine"
+        log.error(
+            "undecodable output message from %s (%s): failing its %d request(s) in flight",
+            where,
+            exc,
+            len(rids),
+        )
         assert self._output is not None
         for rid in rids:
             self.abort(rid)
@@ -413,6 +480,7 @@ class VllmEngine:
         sync = zmq.Socket.shadow(sock.underlying)
         output = self._output
         decode = wire.decode_outputs
+        by_rank = self._by_rank
         try:
             while True:
                 await sock.poll(flags=zmq.POLLIN)
@@ -431,6 +499,11 @@ class VllmEngine:
                     except CodecError as exc:
                         self._malformed(buf, exc)
                         continue
+                    core = by_rank.get(msg.engine_index)
+                    if core is not None:
+                        core.heard = time.monotonic()
+                        if not core.healthy:
+                            self._answers_again(core)
                     if msg.outputs:
                         try:
                             batch = wire.to_batch(
@@ -441,7 +514,7 @@ class VllmEngine:
                                 [f.buffer for f in frames[1:]],
                             )
                         except CodecError as exc:
-                            self._malformed(buf, exc)
+                            self._malformed(buf, exc, msg.engine_index)
                             continue
                         for rid in batch.finished:
                             self._forget(rid)
@@ -482,6 +555,110 @@ class VllmEngine:
                 self._input.disable_monitor()
             monitor.close(linger=0)
 
+    async def _serve_handshake(self) -> None:
+        """After startup: an engine of one of this server's ranks that dials in again (a
+        restarted engine) gets the same addresses; its ready response comes on the input
+        socket (``_read_inputs``)."""
+        hs = self._handshake_sock
+        assert hs is not None
+        while True:
+            identity, payload = await hs.recv_multipart()
+            try:
+                msg = wire.decode_handshake(payload)
+            except CodecError as exc:
+                log.warning("a bad handshake message from %r: %s", identity, exc)
+                continue
+            core = next((c for c in self._cores if c.identity == identity), None)
+            if core is None:
+                log.warning("an engine with unexpected identity %r said %s", identity, msg)
+            elif msg["status"] == "HELLO":
+                log.info("engine rank %d says hello again", core.rank)
+                await hs.send_multipart((identity, self._init))
+
+    async def _read_inputs(self) -> None:
+        """After startup, what engines send on the input socket: the ready response of an engine
+        that came back, which puts it in rotation again."""
+        assert self._input is not None
+        while True:
+            identity, *rest = await self._input.recv_multipart()
+            core = next((c for c in self._cores if c.identity == identity), None)
+            if core is None:
+                continue
+            try:
+                ready = wire.decode_ready_response(rest[0] if rest else b"")
+            except CodecError as exc:
+                log.warning("engine rank %d sent a bad ready response: %s", core.rank, exc)
+                continue
+            self._rejoined(core, ready)
+
+    def _rejoined(self, core: _Core, ready: dict[str, Any]) -> None:
+        for rid in list(core.in_flight):  # (whatever the engine ran before is gone with it)
+            self._forget(rid)
+            if self._output is not None:
+                self._output(encode_error_frame(rid, f"engine rank {core.rank} restarted"))
+        core.ready = ready
+        core.alive = core.healthy = True
+        core.heard = time.monotonic()
+        log.info("vLLM engine rank %d is back", core.rank)
+        self._refresh_alive()
+
+    async def _watch_stalls(self) -> None:
+        """Ping every engine that has requests in flight and has said nothing for the stall
+        timeout."""
+        stall = self.config.stall_timeout
+        assert stall is not None
+        while True:
+            await asyncio.sleep(min(1.0, stall / 4))
+            now = time.monotonic()
+            for core in self._cores:
+                if (
+                    core.serving
+                    and core.in_flight
+                    and core.ping is None
+                    and now - core.heard > stall
+                ):
+                    core.ping = asyncio.get_running_loop().create_task(self._ping(core, stall))
+
+    async def _ping(self, core: _Core, timeout: float) -> None:
+        """Ask a silent engine a question; unanswered within ``timeout``, it is hung."""
+        try:
+            with contextlib.suppress(RuntimeError, QueueFullError):
+                await asyncio.wait_for(self._call(core, "is_sleeping"), timeout)
+        except asyncio.TimeoutError:
+            if core.serving and time.monotonic() - core.heard > timeout:
+                self._hung(core, timeout)
+        except zmq.ZMQError as exc:
+            self._core_died(core, f"cannot reach engine rank {core.rank}: {exc}")
+        finally:
+            core.ping = None
+
+    def _hung(self, core: _Core, timeout: float) -> None:
+        core.healthy = False
+        reason = (
+            f"engine rank {core.rank} is not answering: nothing from it for "
+            f"{time.monotonic() - core.heard:.0f} s with requests in flight, and no answer to a "
+            f"ping in {timeout:g} s"
+        )
+        log.error("%s; taking it out of rotation until it answers", reason)
+        rids = list(core.in_flight)
+        for rid in rids:
+            self.abort(rid)  # (should it wake up, it drops them)
+        self._refresh_alive(reason)
+        if self._output is not None:
+            for rid in rids:
+                self._output(encode_error_frame(rid, reason))
+
+    def _answers_again(self, core: _Core) -> None:
+        core.healthy = True
+        log.warning("vLLM engine rank %d answers again: back in rotation", core.rank)
+        self._refresh_alive()
+
+    def _refresh_alive(self, reason: str | None = None) -> None:
+        """``alive``: some engine serves (and the server is not closing)."""
+        self._alive = not self._closing and any(c.serving for c in self._cores)
+        if not self._alive and reason is not None:
+            self.dead_reason = reason
+
     def _probe(self) -> None:
         if self._input_sync is None or self._closing:
             return
@@ -520,9 +697,10 @@ class VllmEngine:
         rids = list(core.in_flight)
         for rid in rids:
             self._forget(rid)
-        if not any(c.alive for c in self._cores):
-            self._alive = False
-            self.dead_reason = reason
+        if core.rank in self.scheduler_stats:  # its gauges go to 0
+            self.scheduler_stats[core.rank] = dict(_GONE_STATS)
+            self.scheduler_stats_at[core.rank] = time.monotonic()
+        self._refresh_alive(reason)
         if self._output is not None:
             for rid in rids:
                 self._output(encode_error_frame(rid, f"the engine died: {reason}"))

@@ -63,6 +63,7 @@ __all__ = [
     "encode_outputs",
     "encode_ready_response",
     "encode_utility",
+    "engine_index_in",
     "request_ids_in",
     "scheduler_stats",
     "engine_identity",
@@ -457,6 +458,33 @@ def request_ids_in(payload: bytes | memoryview) -> list[str]:
     if not isinstance(msg, list) or len(msg) < 2 or not isinstance(msg[1], list):
         return []
     return [o[0] for o in msg[1] if isinstance(o, list) and o and isinstance(o[0], str)]
+
+
+def engine_index_in(payload: bytes | memoryview) -> int | None:
+    """The engine index a malformed output message starts with (its first field), if it can
+    still be read: the message is a msgpack array whose first element is a small integer."""
+    data = bytes(payload[:16])
+    if not data:
+        return None
+    head = data[0]
+    if 0x90 <= head <= 0x9F:
+        pos = 1
+    elif head == 0xDC:
+        pos = 3
+    elif head == 0xDD:
+        pos = 5
+    else:
+        return None
+    if pos >= len(data):
+        return None
+    first = data[pos]
+    if first <= 0x7F:
+        return first
+    sizes = {0xCC: 1, 0xCD: 2, 0xCE: 4, 0xCF: 8}
+    size = sizes.get(first)
+    if size is None or pos + 1 + size > len(data):
+        return None
+    return int.from_bytes(data[pos + 1 : pos + 1 + size], "big")
 
 
 _REPETITION = FinishReason.from_json({"type": "repetition"})

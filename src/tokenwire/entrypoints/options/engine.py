@@ -133,6 +133,15 @@ def _add_vllm_arguments(serve: argparse.ArgumentParser) -> None:
         help="vLLM engines (data-parallel ranks) to spawn or wait for (default: %(default)s)",
     )
     vllm.add_argument(
+        "--engine-stall-timeout",
+        type=float,
+        default=60.0,
+        help="seconds an engine with requests in flight may say nothing before it is pinged; "
+        "if the ping goes unanswered as long, its requests end with an error, /health turns "
+        "503 (with no other engine), and it is out of rotation until it answers; 0: never "
+        "(default: %(default)s)",
+    )
+    vllm.add_argument(
         "--engine-start-timeout",
         type=float,
         default=900.0,
@@ -213,6 +222,7 @@ def vllm_engine(
                 output_fd=output_fd,
                 client_index=args.worker_index,
                 ready_timeout=args.engine_start_timeout,
+                stall_timeout=args.engine_stall_timeout or None,
                 should_stop=should_stop,
             ),
         )
@@ -227,6 +237,7 @@ def vllm_engine(
             handshake_address=address,
             data_parallel_size=args.data_parallel_size,
             ready_timeout=args.engine_start_timeout,
+            stall_timeout=args.engine_stall_timeout or None,
             launcher=launcher,
             progress=progress,
             # SIGTERM/SIGINT while the engines start (minutes) stop the startup at once.
