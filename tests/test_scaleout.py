@@ -255,3 +255,29 @@ def test_new_connections_are_refused_at_once_while_the_server_drains(how):
         srv.proc.wait(60)
         for t in threads:
             t.join(60)
+
+
+def test_a_restarted_engine_is_taken_in_by_every_worker():
+    """Engines dialing in (--handshake-address): one killed and started again (same rank) says
+    hello to the supervisor, which still answers, and every worker takes it in."""
+    from vllm_helpers import spawn_mock, stop_process
+
+    address = f"tcp://127.0.0.1:{free_port()}"
+    mocks = [spawn_mock(address, r, "--step-time-ms", "2") for r in range(2)]
+    try:
+        with scaled("--engine", "vllm", "--handshake-address", address) as srv:
+            mocks[0].kill()
+            mocks[0].wait(10)
+            mocks.append(spawn_mock(address, 0, "--step-time-ms", "2"))
+            wait_until(lambda: metric(srv.url, "tokenwire:engines_alive") == 2, 60, "rank 0")
+            mocks[1].kill()  # now every request of every worker must go to the new rank 0
+            mocks[1].wait(10)
+            wait_until(lambda: metric(srv.url, "tokenwire:engines_alive") == 1, 30, "rank 1 gone")
+            body = {"model": MODEL, "prompt": "a b", "max_tokens": 3}
+            for _ in range(12):  # a connection each: they spread over both workers
+                resp = httpx.post(srv.url + "/v1/completions", json=body, timeout=30)
+                assert resp.status_code == 200, resp.text
+                assert resp.json()["choices"][0]["finish_reason"] == "length"
+    finally:
+        for proc in mocks:
+            stop_process(proc)
