@@ -17,8 +17,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import threading
-import weakref
 from collections import OrderedDict
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -57,12 +55,6 @@ JSON_OPTIONS: dict[str, Any] = {
 #: Most characters of llguidance's message quoted in a refusal.
 _MESSAGE_LIMIT = 300
 
-#: One llguidance tokenizer per served tokenizer (building one takes most of a second).
-_LL_TOKENIZERS: weakref.WeakKeyDictionary[Tokenizer, llguidance.LLTokenizer] = (
-    weakref.WeakKeyDictionary()
-)
-_LL_LOCK = threading.Lock()
-
 
 def constraint_of(params: SamplingParams) -> tuple[str, str] | None:
     """The ``(field, text)`` a request's decoding is constrained to, or None."""
@@ -74,18 +66,17 @@ def constraint_of(params: SamplingParams) -> tuple[str, str] | None:
 
 
 def ll_tokenizer(tokenizer: Tokenizer) -> llguidance.LLTokenizer:
-    """llguidance's view of ``tokenizer`` (built once per tokenizer): its whole model vocabulary,
-    its EOS ids."""
-    with _LL_LOCK:
-        got = _LL_TOKENIZERS.get(tokenizer)
-        if got is None:
-            got = llguidance.LLTokenizer(
-                tokenizer.hf.to_str(),
-                n_vocab=tokenizer.model_vocab_size,
-                eos_token=list(tokenizer.eos_token_ids) or None,
-            )
-            _LL_TOKENIZERS[tokenizer] = got
-        return got
+    """llguidance's view of ``tokenizer`` (built once per tokenizer, most of a second): its
+    whole model vocabulary, its EOS ids."""
+    return tokenizer.derived("llguidance", _build_ll_tokenizer)
+
+
+def _build_ll_tokenizer(tokenizer: Tokenizer) -> llguidance.LLTokenizer:
+    return llguidance.LLTokenizer(
+        tokenizer.hf.to_str(),
+        n_vocab=tokenizer.model_vocab_size,
+        eos_token=list(tokenizer.eos_token_ids) or None,
+    )
 
 
 #: Keywords whose value maps names to subschemas, and keywords whose value is subschemas.
