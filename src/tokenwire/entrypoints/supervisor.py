@@ -171,6 +171,18 @@ class Supervisor:
 
     def _on_signal(self, signum: int, frame: object) -> None:
         self._signal = signum
+        self._drain()
+
+    def _drain(self) -> None:
+        """Stop listening and tell the workers to drain, at once: once they close their copies
+        of the socket too, new connections are refused instead of waiting in the backlog."""
+        for sock in self._sockets:
+            with contextlib.suppress(OSError):
+                sock.close()
+        for proc in self.workers:
+            if proc.poll() is None:
+                with contextlib.suppress(ProcessLookupError):
+                    proc.send_signal(signal.SIGTERM)
 
     def _check(self, *, starting: bool = False) -> None:
         """Raise ``_Stop`` on a signal, ``RuntimeError`` when a worker died (or, while starting,
@@ -218,7 +230,7 @@ class Supervisor:
             self._check(starting=True)
             if time.monotonic() > deadline:
                 raise RuntimeError(f"{len(waiting)} engine(s) did not become ready in time")
-            if not hs.poll(200):
+            if not hs.poll(50):
                 continue
             identity, payload = hs.recv_multipart()
             msg = wire.decode_handshake(payload)
@@ -245,7 +257,7 @@ class Supervisor:
                     exc,
                 )
                 return 1
-            if not hs.poll(200):
+            if not hs.poll(50):
                 continue
             identity, payload = hs.recv_multipart()
             try:
@@ -257,14 +269,7 @@ class Supervisor:
                 hs.send_multipart((identity, init))
 
     def _shutdown(self) -> None:
-        # Stop listening first: once the workers close their copies of the socket too (as their
-        # drain begins), new connections are refused at once instead of waiting in the backlog.
-        for sock in self._sockets:
-            with contextlib.suppress(OSError):
-                sock.close()
-        for proc in self.workers:
-            if proc.poll() is None:
-                proc.send_signal(signal.SIGTERM)
+        self._drain()
         deadline = time.monotonic() + self.config.shutdown_timeout + 5
         for proc in self.workers:
             try:

@@ -37,6 +37,8 @@ SECONDS = 2.0
 MEMORY_BYTES = 1 << 30
 #: Longest prompt text a request's template may render (characters).
 MAX_CHARS = 64 << 20
+#: Seconds a new worker process may take to start.
+_START_SECONDS = 60.0
 
 
 def _serve(conn: Connection, memory: int) -> None:  # pragma: no cover - runs in the worker
@@ -44,6 +46,7 @@ def _serve(conn: Connection, memory: int) -> None:  # pragma: no cover - runs in
     param))``."""
     with contextlib.suppress(ValueError, OSError):
         resource.setrlimit(resource.RLIMIT_AS, (memory, memory))
+    conn.send(("ready", None))  # (its imports done: the render clock starts at a request)
     while True:
         try:
             template, messages, kwargs = conn.recv()
@@ -84,6 +87,10 @@ class _Worker:
         )
         self.process.start()
         child.close()
+        # Starting a worker (a new interpreter and its imports) is not a template's time.
+        if not self.conn.poll(_START_SECONDS) or self.conn.recv()[0] != "ready":
+            self.kill()
+            raise RuntimeError("the template worker did not start")
 
     def render(self, template: str, messages: list[dict], kwargs: dict[str, Any]) -> str:
         self.conn.send((template, messages, kwargs))
@@ -114,7 +121,12 @@ def render_request_template(template: str, messages: list[dict[str, Any]], **kwa
     global _worker
     with _lock:
         if _worker is None or not _worker.process.is_alive():
-            _worker = _Worker()
+            try:
+                _worker = _Worker()
+            except (RuntimeError, OSError) as exc:
+                raise ValidationError(
+                    f"request chat templates cannot be rendered now ({exc})", param="chat_template"
+                ) from None
         worker = _worker
         try:
             return worker.render(template, messages, dict(kwargs))
