@@ -122,7 +122,7 @@ async def _engine_requests(port: int) -> int:
     _, body, _ = await _get(port, "/metrics")
     total = 0.0
     for line in body.decode().splitlines():
-        if line.startswith(("tokenwire:num_requests_running", "tokenwire:num_requests_waiting")):
+        if line.startswith(("vllm:num_requests_running", "vllm:num_requests_waiting")):
             total += float(line.rsplit(" ", 1)[1])
     return int(total)
 

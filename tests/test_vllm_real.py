@@ -148,7 +148,7 @@ def greedy_ids(srv: Server, prompt: str, n: int) -> list[int]:
 
 
 def running(srv: Server) -> float:
-    return metric(srv.url, "tokenwire:num_requests_running")
+    return metric(srv.url, "vllm:num_requests_running")
 
 
 # ---- tokenwire spawning a headless vLLM engine ---------------------------------------------------

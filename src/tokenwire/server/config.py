@@ -1,5 +1,6 @@
 """``ServerConfig``: a server's settings: the runtime's (``RuntimeConfig``) and the HTTP
-server's own (security, request body limits, per-request bounds, the access log)."""
+server's own (security, request body limits, per-request bounds, the access log, request logs,
+request ids and traces)."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ from dataclasses import dataclass
 from tokenwire.messages.sampling import DEFAULT_MAX_STOP_STR_LEN
 from tokenwire.runtime import RuntimeConfig
 from tokenwire.server.limits import DEFAULT_BODY_TIMEOUT, DEFAULT_MAX_REQUEST_BYTES
+from tokenwire.server.observe import ObserveConfig
 from tokenwire.server.security import SecurityConfig
 
 __all__ = ["DEFAULT_LIMITS", "RequestLimits", "ServerConfig"]
@@ -38,3 +40,5 @@ class ServerConfig(RuntimeConfig):
     limits: RequestLimits = dataclasses.field(default_factory=RequestLimits)
     #: One log line per HTTP request (logger ``tokenwire.access``, level INFO).
     access_log: bool = True
+    #: Request log lines, echoed request ids and trace spans.
+    observe: ObserveConfig = dataclasses.field(default_factory=ObserveConfig)
