@@ -24,6 +24,7 @@ import os
 import shutil
 import signal
 import socket
+import stat
 import subprocess
 import sys
 import tempfile
@@ -50,6 +51,8 @@ class SupervisorConfig:
     host: str
     port: int
     workers: int
+    #: A Unix domain socket to listen on instead of ``host`` and ``port`` (``--uds``).
+    uds: str | None = None
     #: Engines (data-parallel ranks).
     engines: int = 1
     #: ``synthetic`` (mock-engine processes) or ``vllm``.
@@ -89,6 +92,21 @@ def worker_argv(
     ]
 
 
+def _http_listener(cfg: SupervisorConfig) -> socket.socket:
+    """The HTTP socket every worker adopts: TCP, or the ``--uds`` Unix socket (a stale socket
+    file left there is replaced, as uvicorn does; the workers serve TLS over either)."""
+    if not cfg.uds:
+        return socket.create_server((cfg.host, cfg.port), backlog=4096)
+    with contextlib.suppress(FileNotFoundError):
+        if stat.S_ISSOCK(os.stat(cfg.uds).st_mode):
+            os.unlink(cfg.uds)
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    sock.bind(cfg.uds)
+    os.chmod(cfg.uds, 0o666)
+    sock.listen(4096)
+    return sock
+
+
 def _unix_listener(path: str) -> socket.socket:
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     sock.bind(path)
@@ -120,7 +138,7 @@ class Supervisor:
         for sig in (signal.SIGTERM, signal.SIGINT):
             signal.signal(sig, self._on_signal)
         try:
-            http = socket.create_server((cfg.host, cfg.port), backlog=4096)
+            http = _http_listener(cfg)
             http.set_inheritable(True)
             self._sockets.append(http)
             pairs = []
@@ -151,11 +169,10 @@ class Supervisor:
             hs.close(0)
             ctx.term()
             log.info(
-                "%d API servers over %d engine(s) on http://%s:%d",
+                "%d API servers over %d engine(s) on %s",
                 cfg.workers,
                 cfg.engines,
-                cfg.host,
-                cfg.port,
+                f"unix:{cfg.uds}" if cfg.uds else f"{cfg.host}:{cfg.port}",
             )
             return self._watch()
         except _Stop:
@@ -263,6 +280,9 @@ class Supervisor:
         for sock in self._sockets:
             with contextlib.suppress(OSError):
                 sock.close()
+        if self.config.uds and self._sockets:
+            with contextlib.suppress(OSError):
+                os.unlink(self.config.uds)
         shutil.rmtree(self.tmp, ignore_errors=True)
 
 
