@@ -79,9 +79,12 @@ class Proc:
 
 
 @contextlib.contextmanager
-def serve(*flags: str, ready: str = "tokenwire: serving") -> Iterator[Proc]:
-    """``tokenwire serve FLAGS`` (the synthetic engine at full speed) until the block ends."""
-    env = dict(os.environ, PYTHONPATH=str(REPO / "src"))
+def serve(
+    *flags: str, ready: str = "tokenwire: serving", env: dict[str, str] | None = None
+) -> Iterator[Proc]:
+    """``tokenwire serve FLAGS`` (the synthetic engine at full speed; ``env``: more environment
+    variables) until the block ends."""
+    env = dict(os.environ, PYTHONPATH=str(REPO / "src"), **(env or {}))
     argv = [sys.executable, "-m", "tokenwire", "serve", "--step-time-ms", "0"]
     argv += ["--served-model-name", MODEL, *flags]
     proc = subprocess.Popen(
