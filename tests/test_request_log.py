@@ -88,7 +88,7 @@ def test_outputs_are_not_logged_unless_asked_and_max_log_len_cuts(caplog):
 
 def test_nothing_is_logged_by_default(caplog):
     with caplog.at_level(logging.DEBUG, "tokenwire.requests"), serve(ECHO) as s:
-        assert not s.app._observe.active
+        assert not s.app._observing
         httpx.post(s.url + "/v1/completions", json={"model": MODEL, "prompt": "x", "max_tokens": 2})
     assert not lines(caplog) and not lines(caplog, logging.DEBUG)
 

@@ -51,6 +51,7 @@ class App:
         self.state = SimpleNamespace(runtime=runtime)
         self._security = Security(config.security)
         self._observe = config.observe
+        self._observing = config.observe.active
         self._routes: dict[tuple[str, str], Handler] = {
             **openai.ROUTES,
             **generate.ROUTES,
@@ -71,7 +72,7 @@ class App:
         if kind == "http":
             if scope.get("root_path"):
                 scope = _below_root(scope)
-            if self._observe.active:
+            if self._observing:
                 await self._observed(scope, receive, send)
             elif self.config.access_log:
                 await access_log.logged(self._guarded, scope, receive, send)

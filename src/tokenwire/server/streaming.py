@@ -275,7 +275,8 @@ async def gather(rt: Runtime, subs: Subs) -> tuple[int, Any] | Gathered:
                 got.extras[index].append(item.extras)
             if isinstance(item, Done):
                 got.finals[index] = item
-                count_finish(rt, item, tracker, "".join(got.texts[index]))
+                text = "".join(got.texts[index]) if tracker.record is not None else None
+                count_finish(rt, item, tracker, text)
     return got
 
 
