@@ -109,6 +109,13 @@ def test_request_id_headers_echo_the_clients_id_or_say_the_requests_own():
             s.url + "/v1/completions", json={"prompt": 1}, headers={"X-Request-Id": "z"}
         )
         assert bad.status_code == 400 and bad.headers["x-request-id"] == "z"
+        # SGLang's /generate: the header is echoed, else the request's rid names it.
+        gen = {"text": "a b", "sampling_params": {"max_new_tokens": 2}, "rid": "sg-7"}
+        assert httpx.post(s.url + "/generate", json=gen).headers["x-request-id"] == "sg-7"
+        r = httpx.post(
+            s.url + "/generate", json=gen | {"rid": "sg-8"}, headers={"X-Request-Id": "h"}
+        )
+        assert r.status_code == 200 and r.headers["x-request-id"] == "h"
     with serve(ECHO) as s:  # off by default
         assert "x-request-id" not in httpx.get(s.url + "/health").headers
 

@@ -106,6 +106,7 @@ class RequestRecord:
         "error",
         "finish_reasons",
         "first_chunk",
+        "header_id",
         "id",
         "max_tokens",
         "model",
@@ -130,8 +131,10 @@ class RequestRecord:
         #: Arrival: ``perf_counter`` (for durations) and wall-clock nanoseconds (for the span).
         self.received = time.perf_counter()
         self.received_ns = time.time_ns()
+        #: The client's ``X-Request-Id``, if it sent one.
+        self.header_id = request_id_header(scope)
         #: The request's id: its ``X-Request-Id`` until a plan names it.
-        self.id: str | None = request_id_header(scope)
+        self.id: str | None = self.header_id
         self.route = ""
         self.model = ""
         self.n = 0
@@ -165,13 +168,16 @@ class RequestRecord:
     def response_id(self) -> str:
         """The id the response's ``X-Request-Id`` says: the client's, else the request's own,
         else a fresh one (a request that never became a plan)."""
+        if self.header_id is not None:
+            return self.header_id
         if self.id is None:
             self.id = uuid.uuid4().hex
         return self.id
 
     def submitted(self, plan: Plan, subs: list[Any]) -> None:
         """The request's plan reached the engine as ``subs`` (its choices)."""
-        self.id = plan.id
+        # (SGLang's /generate names a request by its rid.)
+        self.id = plan.rids[0] if plan.rids is not None and len(plan.rids) == 1 else plan.id
         self.submitted_at = time.perf_counter()
         self.route = plan.route
         self.model = plan.model
@@ -187,7 +193,7 @@ class RequestRecord:
             max_len = self.config.max_log_len
             log.info(
                 "Received request %s: %s, model %r, %d prompt token(s), %d choice(s), params: %s",
-                plan.id,
+                self.id,
                 plan.route,
                 plan.model,
                 plan.prompt_tokens,
@@ -200,7 +206,7 @@ class RequestRecord:
                     text = self.tokenizer.decode(ids, skip_special_tokens=False)
                     log.debug(
                         "Request %s prompt %d: %r, prompt_token_ids: %s",
-                        plan.id,
+                        self.id,
                         k,
                         _cut(text, max_len),
                         ids,
