@@ -178,7 +178,7 @@ async def _engine_requests(port: int) -> int:
     _, body, _ = await _get(port, "/metrics")
     total = 0.0
     for line in body.decode().splitlines():
-        if line.startswith(("tokenwire:num_requests_running", "tokenwire:num_requests_waiting")):
+        if line.startswith(("vllm:num_requests_running", "vllm:num_requests_waiting")):
             total += float(line.rsplit(" ", 1)[1])
     return int(total)
 
@@ -801,7 +801,7 @@ async def bad_message() -> Row:
         _, metrics, _ = await _get(srv.port, "/metrics")
         alive = next(
             (ln.rsplit(" ", 1)[1] for ln in metrics.decode().splitlines()
-             if ln.startswith("tokenwire:engines_alive")),
+             if ln.startswith("tokenwire_engines_alive")),
             "?",
         )  # fmt: skip
     late = max((s.ended - t0 for s in bad), default=float("nan"))

@@ -22,7 +22,7 @@ class Reported:
 
 def worker(tmp_path, index: int, reported: Reported, requests: int) -> SharedMetrics:
     registry = CollectorRegistry()
-    collector = EngineCollector(reported, registry)
+    collector = EngineCollector(reported, registry, "m")
     Counter("tokenwire_requests", "HTTP requests", registry=registry).inc(requests)
     shared = SharedMetrics(registry, str(tmp_path), index, collector.stats_taken_at)
     shared.write()
@@ -60,17 +60,17 @@ def test_each_engines_scheduler_gauges_come_from_its_newest_stats_not_the_larges
         requests=3,
     )
     got = samples(shared)
-    engine = (("engine", "0"),)
-    assert got[("tokenwire:num_requests_running", engine)] == 0
-    assert got[("tokenwire:num_requests_waiting", engine)] == 0
-    assert got[("tokenwire:kv_cache_usage_perc", engine)] == 0
-    engine = (("engine", "1"),)
-    assert got[("tokenwire:num_requests_running", engine)] == 2
-    assert got[("tokenwire:num_requests_waiting", engine)] == 3
-    assert got[("tokenwire:kv_cache_usage_perc", engine)] == 0.25
+    engine = (("engine", "0"), ("model_name", "m"))
+    assert got[("vllm:num_requests_running", engine)] == 0
+    assert got[("vllm:num_requests_waiting", engine)] == 0
+    assert got[("vllm:kv_cache_usage_perc", engine)] == 0
+    engine = (("engine", "1"), ("model_name", "m"))
+    assert got[("vllm:num_requests_running", engine)] == 2
+    assert got[("vllm:num_requests_waiting", engine)] == 3
+    assert got[("vllm:kv_cache_usage_perc", engine)] == 0.25
     # The rest: the engines' other gauges are what every worker sees, counters add up.
-    assert got[("tokenwire:engines_alive", ())] == 2
-    assert got[("tokenwire:kv_cache_capacity_tokens", engine)] == 4096
+    assert got[("tokenwire_engines_alive", ())] == 2
+    assert got[("tokenwire_kv_cache_capacity_tokens", (("engine", "1"),))] == 4096
     assert got[("tokenwire_requests_total", ())] == 7
 
 
@@ -78,4 +78,4 @@ def test_a_worker_that_never_heard_an_engines_stats_does_not_count_for_it(tmp_pa
     worker(tmp_path, 0, Reported(), requests=1)
     shared = worker(tmp_path, 1, Reported({0: {"num_running_reqs": 1}}, {0: 5.0}), requests=1)
     got = samples(shared)
-    assert got[("tokenwire:num_requests_running", (("engine", "0"),))] == 1
+    assert got[("vllm:num_requests_running", (("engine", "0"), ("model_name", "m")))] == 1

@@ -52,6 +52,8 @@ def test_access_log_one_line_per_request_after_the_response(caplog):
 
 def test_access_log_can_be_disabled(caplog):
     assert build_parser().parse_args(["serve", "--disable-access-log"]).disable_access_log
+    # (vLLM's name for it)
+    assert build_parser().parse_args(["serve", "--disable-uvicorn-access-log"]).disable_access_log
     with (
         caplog.at_level(logging.INFO, logger="tokenwire.access"),
         serve(SyntheticConfig(output="echo", step_time=0.0), access_log=False) as s,

@@ -137,10 +137,10 @@ def test_two_api_servers_over_two_engines_with_the_openai_client():
             metric(srv.url, f'tokenwire_api_server_requests_total{{worker="{i}"}}') for i in (0, 1)
         ]
         assert sum(per_worker) == total and min(per_worker) > 0
-        assert metric(srv.url, "tokenwire:engines_alive") == 2
+        assert metric(srv.url, "tokenwire_engines_alive") == 2
         # Each engine step's scheduler stats reach one worker only (vLLM's rule): the merge takes
         # each engine's newest, so nothing is left running once every request is done.
-        for name in ("tokenwire:num_requests_running", "tokenwire:num_requests_waiting"):
+        for name in ("vllm:num_requests_running", "vllm:num_requests_waiting"):
             assert metric(srv.url, name) == 0, name
         models = {httpx.get(srv.url + "/v1/models").json()["data"][0]["id"] for _ in range(6)}
         assert models == {MODEL}
@@ -150,7 +150,7 @@ def test_an_engine_dying_mid_load_fails_only_its_requests():
     with scaled("--synthetic-output", "random", "--step-time-ms", "10") as srv:
         body = {"model": MODEL, "prompt": "x", "max_tokens": 300, "stream": True}
         threads, bodies = start_streams(srv.url, 8, body)
-        wait_until(lambda: metric(srv.url, "tokenwire:num_requests_running") >= 8, 20, "load")
+        wait_until(lambda: metric(srv.url, "vllm:num_requests_running") >= 8, 20, "load")
         (engine,) = srv.role("mock-engine", rank=1)
         os.kill(engine, signal.SIGKILL)
         for t in threads:
@@ -159,7 +159,7 @@ def test_an_engine_dying_mid_load_fails_only_its_requests():
         finished = sum('"finish_reason":"length"' in b for b in bodies)
         assert died + finished == 8 and 0 < died < 8
         assert httpx.get(srv.url + "/health").status_code == 200
-        assert metric(srv.url, "tokenwire:engines_alive") == 1
+        assert metric(srv.url, "tokenwire_engines_alive") == 1
         out = srv.client.completions.create(model=MODEL, prompt="x", max_tokens=2)
         assert out.choices[0].finish_reason == "length"
 
@@ -173,7 +173,7 @@ def test_an_engines_scheduler_gauges_are_its_newest_stats_whichever_worker_holds
     body = {"model": MODEL, "prompt": "x", "stream": True}
 
     def running() -> float:
-        return metric(srv.url, "tokenwire:num_requests_running")
+        return metric(srv.url, "vllm:num_requests_running")
 
     with scaled(
         "--synthetic-output", "random", "--step-time-ms", "5", "--data-parallel-size", "1"
@@ -201,8 +201,8 @@ def test_an_engines_scheduler_gauges_are_its_newest_stats_whichever_worker_holds
             one.close()  # the client goes away: the engine aborts its request
             assert '"finish_reason":"length"' in "".join(two_lines)
         wait_until(lambda: running() == 0, 10, "no request running")
-        assert metric(srv.url, "tokenwire:num_requests_waiting") == 0
-        assert metric(srv.url, "tokenwire:kv_cache_usage_perc") == 0
+        assert metric(srv.url, "vllm:num_requests_waiting") == 0
+        assert metric(srv.url, "vllm:kv_cache_usage_perc") == 0
 
 
 def test_a_worker_dying_stops_the_server_and_leaves_no_process():
@@ -244,7 +244,7 @@ def test_new_connections_are_refused_at_once_while_the_server_drains(how):
         body = {"model": MODEL, "prompt": "Hi", "max_tokens": 5000, "stream": True}
         body["ignore_eos"] = True
         threads, _ = start_streams(srv.url, 2, body, timeout=60)  # they hold the drain open
-        wait_until(lambda: metric(srv.url, "tokenwire:num_requests_running") >= 2, 20, "streams")
+        wait_until(lambda: metric(srv.url, "vllm:num_requests_running") >= 2, 20, "streams")
         if how == "sigterm":
             srv.proc.send_signal(signal.SIGTERM)
         else:
@@ -269,10 +269,10 @@ def test_a_restarted_engine_is_taken_in_by_every_worker():
             mocks[0].kill()
             mocks[0].wait(10)
             mocks.append(spawn_mock(address, 0, "--step-time-ms", "2"))
-            wait_until(lambda: metric(srv.url, "tokenwire:engines_alive") == 2, 60, "rank 0")
+            wait_until(lambda: metric(srv.url, "tokenwire_engines_alive") == 2, 60, "rank 0")
             mocks[1].kill()  # now every request of every worker must go to the new rank 0
             mocks[1].wait(10)
-            wait_until(lambda: metric(srv.url, "tokenwire:engines_alive") == 1, 30, "rank 1 gone")
+            wait_until(lambda: metric(srv.url, "tokenwire_engines_alive") == 1, 30, "rank 1 gone")
             body = {"model": MODEL, "prompt": "a b", "max_tokens": 3}
             for _ in range(12):  # a connection each: they spread over both workers
                 resp = httpx.post(srv.url + "/v1/completions", json=body, timeout=30)

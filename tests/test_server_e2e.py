@@ -365,7 +365,7 @@ def test_usage_counts_each_prompt_once_whatever_n(echo):
 
     def prompt_metric() -> float:
         text = httpx.get(echo.url + "/metrics").text
-        line = next(x for x in text.splitlines() if x.startswith("tokenwire:prompt_tokens_total"))
+        line = next(x for x in text.splitlines() if x.startswith("vllm:prompt_tokens_total"))
         return float(line.split()[-1])
 
     before = prompt_metric()
@@ -464,12 +464,12 @@ def test_models_health_metrics(echo):
     text = httpx.get(echo.url + "/metrics").text
     for name in (
         "tokenwire_requests_total",
-        "tokenwire:prompt_tokens_total",
-        "tokenwire:generation_tokens_total",
-        "tokenwire:time_to_first_token_seconds_bucket",
-        "tokenwire:inter_token_latency_seconds_bucket",
-        "tokenwire:e2e_request_latency_seconds_bucket",
-        'tokenwire:request_success_total{finished_reason="length"}',
+        "vllm:prompt_tokens_total",
+        "vllm:generation_tokens_total",
+        "vllm:time_to_first_token_seconds_bucket",
+        "vllm:inter_token_latency_seconds_bucket",
+        "vllm:e2e_request_latency_seconds_bucket",
+        'vllm:request_success_total{engine="0",finished_reason="length",model_name="test-model"}',
         "tokenwire_egress_step_seconds_bucket",
         "tokenwire_requests_in_flight",
     ):

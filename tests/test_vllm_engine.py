@@ -36,7 +36,7 @@ class Served:
         self.client = openai.OpenAI(base_url=url + "/v1", api_key="none", max_retries=0)
 
     def running(self) -> float:
-        return metric(self.url, "tokenwire:num_requests_running")
+        return metric(self.url, "vllm:num_requests_running")
 
 
 @contextlib.contextmanager
@@ -123,7 +123,7 @@ def test_a_stop_string_aborts_the_engine_request(echo):
     wait_until(lambda: echo.running() == 0, 10, "the engine to drop the request")
     assert echo.engine.engines[0]["in_flight"] == before
     # The mock engine reports max_model_len x max batch as its KV capacity.
-    assert metric(echo.url, "tokenwire:kv_cache_capacity_tokens") > 0
+    assert metric(echo.url, "tokenwire_kv_cache_capacity_tokens") > 0
 
 
 def test_disconnect_mid_stream_aborts_in_the_engine(echo):
@@ -191,7 +191,7 @@ def test_two_engines_least_loaded_and_one_dying_fails_only_its_requests():
             t.join(60)
         assert sum("the engine died" in b for b in bodies) == 3
         assert sum('"finish_reason":"length"' in b for b in bodies) == 3
-        assert metric(srv.url, "tokenwire:engines_alive") == 1
+        assert metric(srv.url, "tokenwire_engines_alive") == 1
 
 
 def test_a_serving_mock_engine_exits_promptly_on_sigterm():

@@ -77,7 +77,7 @@ def test_a_hung_engine_is_noticed_and_heals_when_it_answers_again():
         (got,) = bodies
         assert "is not answering" in got and got.endswith("data: [DONE]\n\n")
         assert srv.health() == 503
-        assert metric(srv.url, "tokenwire:engines_alive") == 0
+        assert metric(srv.url, "tokenwire_engines_alive") == 0
         resp = httpx.post(srv.url + "/v1/completions", json={"model": MODEL, "prompt": "x"})
         assert resp.status_code == 503
         os.kill(srv.mocks[0].pid, signal.SIGCONT)  # it wakes up: the ping's answer comes
@@ -97,12 +97,12 @@ def test_a_slow_but_answering_engine_is_not_taken_for_hung():
 def test_a_restarted_engine_is_taken_in_and_served():
     with served(engines=1) as srv:
         (t,), bodies = start_streams(srv.url, 1, STREAM, timeout=60)
-        wait_until(lambda: metric(srv.url, "tokenwire:num_requests_running") == 1, 10, "stats")
+        wait_until(lambda: metric(srv.url, "vllm:num_requests_running") == 1, 10, "stats")
         srv.mocks[0].kill()
         t.join(20)
         assert "the engine died" in bodies[0]
         wait_until(lambda: srv.health() == 503, 10, "503")
-        assert metric(srv.url, "tokenwire:num_requests_running") == 0  # the dead one's gauges
+        assert metric(srv.url, "vllm:num_requests_running") == 0  # the dead one's gauges
         srv.mocks.append(spawn_mock(srv.address, 0, "--synthetic-output", "random"))
         wait_until(lambda: srv.health() == 200, 60, "the engine back")
         assert srv.one() == "length"

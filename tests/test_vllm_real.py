@@ -17,6 +17,7 @@ import os
 import shutil
 import signal
 import socket
+import ssl
 import subprocess
 import sys
 import tempfile
@@ -27,6 +28,7 @@ from pathlib import Path
 import httpx
 import openai
 import pytest
+import trustme
 
 from vllm_helpers import (
     children,
@@ -37,6 +39,10 @@ from vllm_helpers import (
     vllm_process_env,
     wait_until,
 )
+
+from prom import samples
+from test_dashboards import VLLM_DASHBOARD, problems
+from test_tracing import attrs, receiver
 
 pytestmark = pytest.mark.vllm
 
@@ -65,38 +71,46 @@ LONG_STREAM = {
 
 
 class Server:
-    def __init__(self, url: str, proc: subprocess.Popen, log: Path) -> None:
+    def __init__(
+        self, url: str, proc: subprocess.Popen, log: Path, verify: ssl.SSLContext | bool = True
+    ) -> None:
         self.url = url
         self.proc = proc
         self.log = log
-        self.client = openai.OpenAI(base_url=url + "/v1", api_key="none", max_retries=0)
+        self.http = httpx.Client(verify=verify, timeout=120)
+        self.client = openai.OpenAI(
+            base_url=url + "/v1", api_key="none", max_retries=0, http_client=self.http
+        )
 
     def post(self, path: str, body: dict) -> dict:
-        resp = httpx.post(self.url + path, json={"model": NAME, **body}, timeout=120)
+        resp = self.http.post(self.url + path, json={"model": NAME, **body})
         assert resp.status_code == 200, resp.text
         return resp.json()
 
 
 @contextlib.contextmanager
-def start(argv: list[str], env: dict[str, str], port: int) -> Iterator[Server]:
+def start(
+    argv: list[str], env: dict[str, str], port: int, tls: ssl.SSLContext | None = None
+) -> Iterator[Server]:
+    """``argv`` serving on ``port`` (over TLS, trusted by ``tls``, when given)."""
     log = Path(tempfile.mkstemp(prefix="tokenwire-vllm-", suffix=".log")[1])
     with open(log, "wb") as out:
         proc = subprocess.Popen(
             argv, stdout=out, stderr=subprocess.STDOUT, env=env, stdin=subprocess.DEVNULL
         )
-    url = f"http://127.0.0.1:{port}"
+    url = f"{'https' if tls else 'http'}://127.0.0.1:{port}"
 
     def up() -> bool:
         if proc.poll() is not None:
             raise RuntimeError(f"server exited:\n{log.read_text()[-3000:]}")
         try:
-            return httpx.get(url + "/health", timeout=2).status_code == 200
+            return httpx.get(url + "/health", timeout=2, verify=tls or True).status_code == 200
         except httpx.HTTPError:
             return False
 
     try:
         wait_until(up, START_TIMEOUT, f"{argv[:3]} to serve")
-        yield Server(url, proc, log)
+        yield Server(url, proc, log, tls or True)
     finally:
         stop_process(proc, signal.SIGTERM, 60)
         log.unlink(missing_ok=True)
@@ -148,7 +162,7 @@ def greedy_ids(srv: Server, prompt: str, n: int) -> list[int]:
 
 
 def running(srv: Server) -> float:
-    return metric(srv.url, "tokenwire:num_requests_running")
+    return metric(srv.url, "vllm:num_requests_running")
 
 
 # ---- tokenwire spawning a headless vLLM engine ---------------------------------------------------
@@ -406,27 +420,71 @@ def test_logprobs_and_prompt_logprobs_as_stock_vllm(stock, ours):
 
 
 def test_vllm_serve_runs_tokenwire_as_its_frontend():
+    """Stock ``vllm serve`` with tokenwire as its frontend, with vLLM's operations flags: TLS, a
+    path prefix, request logs, request id headers and traces reach tokenwire and work; vLLM's
+    Grafana dashboard finds its series, queue time from the engines' own events included."""
     frontend = shutil.which("tokenwire-vllm-frontend") or str(
         Path(sys.executable).parent / "tokenwire-vllm-frontend"
     )
     assert Path(frontend).exists(), "tokenwire-vllm-frontend is not installed"
     env = vllm_process_env()
     env.update(VLLM_USE_RUST_FRONTEND="1", VLLM_RUST_FRONTEND_PATH=frontend)
+    env.update(OTEL_EXPORTER_OTLP_TRACES_PROTOCOL="http/protobuf", OTEL_BSP_SCHEDULE_DELAY="50")
+    ca = trustme.CA()
+    cert = ca.issue_cert("127.0.0.1")
     port = free_port()
     argv = [ENV["vllm"], "serve", ENV["model"], "--served-model-name", NAME, "--port", str(port)]
-    with start([*argv, *VLLM_ARGS], env, port) as srv:
-        out = srv.client.completions.create(model=NAME, prompt="Hello", max_tokens=5, temperature=0)
-        assert out.choices[0].finish_reason == "length" and out.usage.completion_tokens == 5
-        models = srv.client.models.list()
-        assert [m.id for m in models.data] == [NAME]
-        assert "tokenwire" in httpx.get(srv.url + "/metrics").text
-        # tokenwire's connection protocol serves here too: no WebSocket takeover, JSON 400s.
-        upgrade = {"Upgrade": "websocket", "Connection": "Upgrade", "Sec-WebSocket-Version": "13"}
-        assert httpx.get(srv.url + "/v1/models", headers=upgrade).status_code == 200
-        with socket.create_connection(("127.0.0.1", port), timeout=10) as sock:
-            sock.sendall(b"NOT HTTP AT ALL\r\n\r\n")
-            reply = b""
-            while chunk := sock.recv(65536):
-                reply += chunk
-        head, _, body = reply.partition(b"\r\n\r\n")
-        assert head.startswith(b"HTTP/1.1 400") and json.loads(body)["error"]["code"] == 400
+    with tempfile.TemporaryDirectory() as d, receiver() as otlp:
+        key, chain = f"{d}/key.pem", f"{d}/cert.pem"
+        cert.private_key_pem.write_to_path(key)
+        cert.cert_chain_pems[0].write_to_path(chain)
+        argv += ["--ssl-keyfile", key, "--ssl-certfile", chain, "--root-path", "/llm"]
+        argv += ["--enable-request-id-headers", "--enable-log-requests", "--enable-log-outputs"]
+        argv += ["--otlp-traces-endpoint", otlp.url + "/v1/traces"]
+        tls = ssl.create_default_context()
+        ca.configure_trust(tls)
+        with start([*argv, *VLLM_ARGS], env, port, tls) as srv:
+            out = srv.client.completions.create(
+                model=NAME, prompt="Hello", max_tokens=5, temperature=0
+            )
+            assert out.choices[0].finish_reason == "length" and out.usage.completion_tokens == 5
+            models = srv.client.models.list()
+            assert [m.id for m in models.data] == [NAME]
+            body = {"model": NAME, "prompt": "Hi", "max_tokens": 6, "temperature": 0}
+            with srv.http.stream(
+                "POST",
+                srv.url + "/v1/completions",
+                json={**body, "stream": True},
+                headers={"X-Request-Id": "vllm-frontend-1"},
+            ) as r:
+                assert r.headers["x-request-id"] == "vllm-frontend-1"
+                assert r.read().endswith(b"data: [DONE]\n\n")
+            got = samples(srv.http.get(srv.url + "/metrics").text)
+            assert problems(VLLM_DASHBOARD, got, NAME) == []
+            # tokenwire's connection protocol serves here too: no WebSocket takeover, JSON 400s.
+            upgrade = {"Upgrade": "websocket", "Connection": "Upgrade"}
+            upgrade["Sec-WebSocket-Version"] = "13"
+            assert srv.http.get(srv.url + "/v1/models", headers=upgrade).status_code == 200
+            with (
+                socket.create_connection(("127.0.0.1", port), timeout=10) as raw,
+                tls.wrap_socket(raw, server_hostname="127.0.0.1") as sock,
+            ):
+                sock.sendall(b"NOT HTTP AT ALL\r\n\r\n")
+                reply = b""
+                while chunk := sock.recv(65536):
+                    reply += chunk
+            head, _, body_bytes = reply.partition(b"\r\n\r\n")
+            assert (
+                head.startswith(b"HTTP/1.1 400") and json.loads(body_bytes)["error"]["code"] == 400
+            )
+            spans = otlp.wait(2)
+            log = srv.log.read_text()
+    assert '"POST /llm/v1/completions HTTP/1.1" 200' in log
+    assert "Received request vllm-frontend-1: completion" in log
+    assert "Generated response vllm-frontend-1: output: " in log
+    traced = {attrs(s)["gen_ai.request.id"]: attrs(s) for _, s in spans}
+    a = traced["vllm-frontend-1"]
+    assert a["gen_ai.usage.completion_tokens"] == 6 and a["gen_ai.response.model"] == NAME
+    # The engine's own timing of the request (its scheduler events).
+    assert 0 <= a["gen_ai.latency.time_in_queue"] < a["gen_ai.latency.e2e"]
+    assert 0 < a["gen_ai.latency.time_in_model_inference"] < a["gen_ai.latency.e2e"]

@@ -9,16 +9,8 @@ import httpx
 
 from tokenwire.engine.synthetic import SyntheticConfig
 
+from prom import scrape, value
 from served import MODEL, serve, wait_until
-
-
-def _metrics(url: str) -> dict[str, float]:
-    out = {}
-    for line in httpx.get(url + "/metrics").text.splitlines():
-        if line and not line.startswith("#"):
-            name, _, value = line.rpartition(" ")
-            out[name] = float(value)
-    return out
 
 
 def _stream(url: str, out: dict, max_tokens: int = 2000) -> None:
@@ -34,21 +26,24 @@ def test_outcomes_statuses_and_gauges():
         t = threading.Thread(target=_stream, args=(s.url, out))
         t.start()
         assert wait_until(lambda: s.engine.running == 1)
-        m = _metrics(s.url)
-        assert m['tokenwire:num_requests_running{engine="0"}'] == 1
-        assert m['tokenwire:num_requests_waiting{engine="0"}'] == 0
+        m = scrape(s.url)
+        engine = {"engine": "0", "model_name": MODEL}
+        assert value(m, "vllm:num_requests_running", **engine) == 1
+        assert value(m, "vllm:num_requests_waiting", **engine) == 0
         s.engine.inject("bad_id")  # the stream ends in an error event
         t.join(30)
         assert b'"error"' in out["body"]
         _stream(s.url, {}, max_tokens=3)  # one that finishes
         httpx.post(s.url + "/v1/completions", json={"prompt": "x", "n": 0})  # a 400
-        m = _metrics(s.url)
-        assert m['tokenwire_requests_total{route="completion",status="500"}'] == 1
-        assert m['tokenwire_requests_total{route="completion",status="200"}'] == 1
-        assert m['tokenwire_requests_total{route="completion",status="400"}'] == 1
-        assert m['tokenwire:request_success_total{finished_reason="length"}'] == 1
-        assert m['tokenwire:request_errors_total{error_type="internal_error"}'] == 1
-        assert m['tokenwire:request_errors_total{error_type="invalid_request_error"}'] == 1
-        assert m["tokenwire:e2e_request_latency_seconds_count"] == 1
-        assert m["tokenwire:time_to_first_token_seconds_count"] == 2
-        assert m["tokenwire:inter_token_latency_seconds_count"] > 0
+        m = scrape(s.url)
+        requests = "tokenwire_requests_total"
+        assert value(m, requests, route="completion", status="500") == 1
+        assert value(m, requests, route="completion", status="200") == 1
+        assert value(m, requests, route="completion", status="400") == 1
+        assert value(m, "vllm:request_success_total", finished_reason="length", **engine) == 1
+        errors = "tokenwire_request_errors_total"
+        assert value(m, errors, error_type="internal_error") == 1
+        assert value(m, errors, error_type="invalid_request_error") == 1
+        assert value(m, "vllm:e2e_request_latency_seconds_count", **engine) == 1
+        assert value(m, "vllm:time_to_first_token_seconds_count", **engine) == 2
+        assert value(m, "vllm:inter_token_latency_seconds_count", **engine) > 0

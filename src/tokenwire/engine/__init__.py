@@ -29,6 +29,7 @@ __all__ = [
     "Engine",
     "OutputCallback",
     "check_grammar",
+    "RequestTimes",
     "supports_stop_token_sequences",
     "supports_structured_outputs",
 ]
@@ -78,6 +79,26 @@ class Engine(Protocol):
     # before a request with a grammar is submitted: a ``ValidationError`` naming the
     # ``SamplingParams`` field when the engine's grammar library refuses it (read with
     # ``check_grammar``).
+    #
+    # Optional, for metrics and traces (absent: engine 0, no times):
+    # ``engine_of(rid) -> int`` -- which of several engines (data-parallel rank) took a request
+    # still in flight; ``pop_request_times(rid) -> RequestTimes | None`` -- when a request that
+    # finished was queued, scheduled, and produced its first and last tokens (asked once, after
+    # its final output).
+
+
+@dataclass(frozen=True)
+class RequestTimes:
+    """When an engine queued a request, first scheduled it, and produced its first and last
+    tokens: seconds on one clock of the engine's (only differences mean anything). vLLM's
+    request phases follow from them: queue, prefill, decode and inference time."""
+
+    queued: float
+    scheduled: float
+    first_token: float
+    last_token: float
+    #: The engine (data-parallel rank) that ran the request.
+    engine: int = 0
 
 
 def supports_stop_token_sequences(engine: object) -> bool:

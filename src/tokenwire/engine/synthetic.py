@@ -30,6 +30,7 @@ import asyncio
 import contextlib
 import hashlib
 import logging
+import time
 import zlib
 from collections import deque
 from concurrent.futures import Future
@@ -39,7 +40,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from tokenwire.engine import EngineRequest, OutputCallback
+from tokenwire.engine import EngineRequest, OutputCallback, RequestTimes
 from tokenwire.engine.constrained import ConstrainedDecoder, TokenTables, prepare_grammar
 from tokenwire.engine.grammar import Grammar, GrammarCompiler, constraint_of
 from tokenwire.messages.errors import QueueFullError
@@ -62,6 +63,8 @@ log = logging.getLogger(__name__)
 
 OUTPUTS = ("replay", "echo", "random")
 _RANDOM_BLOCK = 256
+#: Requests whose times the engine keeps (finished ones whose times nobody asked for go first).
+_MAX_TIMES = 1 << 16
 FAULTS = ("bad_id", "malformed", "error", "crash")
 
 
@@ -283,6 +286,9 @@ class SyntheticEngine:
         self._compiling: dict[str, tuple[EngineRequest, Future[Grammar]]] = {}
         self._failed: list[bytes] = []
 
+        #: Per request: when it was queued, admitted to the batch and finished (0: not yet).
+        self._times: dict[str, list[float]] = {}
+
     # ---- grammars --------------------------------------------------------------------------------
 
     @property
@@ -342,9 +348,14 @@ class SyntheticEngine:
         if constraint_of(request.params) is not None:
             self.grammars.compile_params(request.params)  # compiling while it waits
         self._waiting.append(request)
+        times = self._times
+        if len(times) >= _MAX_TIMES:  # finished requests whose times nobody asked for
+            del times[next(iter(times))]
+        times[request.rid] = [time.monotonic(), 0.0, 0.0]
         self._wake.set()
 
     def abort(self, rid: str) -> None:
+        self._times.pop(rid, None)
         if self._running.pop(rid, None) is not None or self._compiling.pop(rid, None):
             self.stats["aborted"] += 1
             return
@@ -374,6 +385,20 @@ class SyntheticEngine:
     def waiting(self) -> int:
         """Requests waiting for a batch slot."""
         return len(self._waiting)
+
+    @property
+    def kv_cache_usage(self) -> float:
+        """The batch's share of its slots (the synthetic engine's KV cache: one slot a
+        request)."""
+        return len(self._running) / max(1, self.config.max_batch_size)
+
+    def pop_request_times(self, rid: str) -> RequestTimes | None:
+        """When a finished request was queued, admitted (its first token comes in the step that
+        admits it: no prefill) and finished."""
+        t = self._times.pop(rid, None)
+        if t is None or not t[2]:
+            return None
+        return RequestTimes(queued=t[0], scheduled=t[1], first_token=t[1], last_token=t[2])
 
     # ---- the loop --------------------------------------------------------------------------------
 
@@ -410,8 +435,13 @@ class SyntheticEngine:
         room = self.config.max_batch_size - len(self._running)
         if 0 < room < len(self._waiting) and any(r.priority for r in self._waiting):
             self._waiting = deque(sorted(self._waiting, key=lambda r: r.priority))
+        now = time.monotonic()
+        times = self._times
         while room > 0 and self._waiting:
             req = self._waiting.popleft()
+            t = times.get(req.rid)
+            if t is not None:
+                t[1] = now
             seq = _Seq(req, self._seed_for(req), self._eos_set)
             seq.source = self._source_for(seq, req)
             if constraint_of(req.params) is not None and not self._constrain(seq, req):
@@ -606,6 +636,7 @@ class SyntheticEngine:
             elif fault == "malformed":
                 malformed = True
             elif fault == "error" and rid is not None and self._running.pop(rid, None):
+                self._times.pop(rid, None)
                 frames.append(encode_error_frame(rid, "injected engine error"))
         frames.extend(self._failed)
         self._failed.clear()
@@ -693,8 +724,14 @@ class SyntheticEngine:
             reasoning.append(seq.reasoning)
             if finish is not None:
                 done.append(seq.rid)
-        for rid in done:
-            del self._running[rid]
+        if done:
+            now = time.monotonic()
+            times = self._times
+            for rid in done:
+                del self._running[rid]
+                t = times.get(rid)
+                if t is not None:
+                    t[2] = now
         self.stats["finished"] += len(done)
         if rids:
             header = [rids, finishes, prompt_tokens, tok_lens]

@@ -26,11 +26,13 @@ def main(args: argparse.Namespace, serve_args: list[str]) -> int:
 def _serve(args: argparse.Namespace) -> int:
     started_at = time.perf_counter()
     limits.check(args)
+    listen = server.listen_settings(args)
     try:
         features = output.features(args)
     except ValueError as exc:
         raise SystemExit(f"tokenwire: {exc}") from None
     operations.apply(args)
+    observe = operations.observe_config(args)
     tok, name = server.load_tokenizer(args)
     holder: dict[str, Any] = {}
 
@@ -57,6 +59,7 @@ def _serve(args: argparse.Namespace) -> int:
             limits=limits.request_limits(args),
             features=features,
             access_log=not args.disable_access_log,
+            observe=observe,
             security=server.security_config(args),
             metrics_dir=args.worker_metrics_dir,
             worker_index=args.worker_index,
@@ -66,15 +69,18 @@ def _serve(args: argparse.Namespace) -> int:
     )
     banner = (
         f"tokenwire: serving {name!r} (vocab {tok.vocab_size}, model vocab {tok.model_vocab_size})"
-        f" on http://{args.host}:{args.port}"
+        f" on {server.listen_url(args)}"
     )
     where: dict[str, Any] = {"host": args.host, "port": args.port}
+    if args.uds:
+        where = {"uds": args.uds}
     if args.worker_fds:  # a worker of --api-server-count: the supervisor's socket
         where = {"fd": int(args.worker_fds.split(",")[0])}
     config = uvicorn_config(
         app,
         limits.connection_limits(args),
         **where,
+        **listen,
         log_level=args.log_level,
         access_log=False,  # tokenwire's own, with durations
     )
@@ -96,6 +102,10 @@ def _supervise(args: argparse.Namespace, serve_args: list[str]) -> int:
     operations.configure_logging(args)
     if args.data_parallel_size < 1:
         raise SystemExit("tokenwire: --data-parallel-size must be at least 1")
+    # The workers serve TLS, the path prefix, logs and traces: refuse flags that cannot work
+    # before anything starts.
+    server.listen_settings(args)
+    operations.check_observe(args)
     mock_args: list[str] = []
     launcher = None
     handshake = None
@@ -108,6 +118,7 @@ def _supervise(args: argparse.Namespace, serve_args: list[str]) -> int:
             serve_args=serve_args,
             host=args.host,
             port=args.port,
+            uds=args.uds,
             workers=args.api_server_count,
             engines=args.data_parallel_size,
             engine=args.engine,

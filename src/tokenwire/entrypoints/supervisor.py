@@ -24,6 +24,7 @@ import os
 import shutil
 import signal
 import socket
+import stat
 import subprocess
 import sys
 import tempfile
@@ -51,6 +52,8 @@ class SupervisorConfig:
     host: str
     port: int
     workers: int
+    #: A Unix domain socket to listen on instead of ``host`` and ``port`` (``--uds``).
+    uds: str | None = None
     #: Engines (data-parallel ranks).
     engines: int = 1
     #: ``synthetic`` (mock-engine processes) or ``vllm``.
@@ -90,6 +93,21 @@ def worker_argv(
     ]
 
 
+def _http_listener(cfg: SupervisorConfig) -> socket.socket:
+    """The HTTP socket every worker adopts: TCP, or the ``--uds`` Unix socket (a stale socket
+    file left there is replaced, as uvicorn does; the workers serve TLS over either)."""
+    if not cfg.uds:
+        return socket.create_server((cfg.host, cfg.port), backlog=4096)
+    with contextlib.suppress(FileNotFoundError):
+        if stat.S_ISSOCK(os.stat(cfg.uds).st_mode):
+            os.unlink(cfg.uds)
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    sock.bind(cfg.uds)
+    os.chmod(cfg.uds, 0o666)
+    sock.listen(4096)
+    return sock
+
+
 def _unix_listener(path: str) -> socket.socket:
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     sock.bind(path)
@@ -123,7 +141,7 @@ class Supervisor:
         ctx: zmq.Context | None = None
         hs: zmq.Socket | None = None
         try:
-            http = socket.create_server((cfg.host, cfg.port), backlog=4096)
+            http = _http_listener(cfg)
             http.set_inheritable(True)
             self._sockets.append(http)
             pairs = []
@@ -153,11 +171,10 @@ class Supervisor:
             init = wire.encode_init(inputs, outputs)
             self._handshake(hs, init)
             log.info(
-                "%d API servers over %d engine(s) on http://%s:%d",
+                "%d API servers over %d engine(s) on %s",
                 cfg.workers,
                 cfg.engines,
-                cfg.host,
-                cfg.port,
+                f"unix:{cfg.uds}" if cfg.uds else f"{cfg.host}:{cfg.port}",
             )
             return self._watch(hs, init)
         except _Stop:
@@ -288,6 +305,9 @@ class Supervisor:
                 proc.wait(5)
         if self.config.launcher is not None:
             self.config.launcher.stop()
+        if self.config.uds and self._sockets:
+            with contextlib.suppress(OSError):
+                os.unlink(self.config.uds)
         shutil.rmtree(self.tmp, ignore_errors=True)
 
 

@@ -9,7 +9,12 @@ the handshake itself, then runs this program as::
         [--grpc-listen-fd N] [--coordinator-address A] --args-json '{...}'
 
 tokenwire adopts the listeners, waits for each engine's ready response, and serves on the HTTP
-socket with the model name, context length and tokenizer that the args say.
+socket (TCP, or the Unix socket of ``--uds``) with the model name, context length and tokenizer
+that the args say, and vLLM's operations flags from them: TLS (``--ssl-keyfile``,
+``--ssl-certfile``, ``--ssl-ca-certs``, ``--ssl-cert-reqs``), ``--root-path``, request logs
+(``--enable-log-requests``, ``--enable-log-outputs``, ``--max-log-len``),
+``--enable-request-id-headers``, traces (``--otlp-traces-endpoint``,
+``--collect-detailed-traces``) and ``--disable-uvicorn-access-log``.
 """
 
 from __future__ import annotations
@@ -46,9 +51,41 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+#: vLLM's operations flags tokenwire takes from ``--args-json`` (its argparse names and their
+#: defaults when vLLM leaves them out: it sends only what differs from its own defaults).
+_OPERATIONS: dict[str, Any] = {
+    "ssl_keyfile": None,
+    "ssl_certfile": None,
+    "ssl_ca_certs": None,
+    "ssl_cert_reqs": 0,
+    "root_path": None,
+    "uds": None,
+    "enable_log_requests": False,
+    "enable_log_outputs": False,
+    "max_log_len": None,
+    "enable_request_id_headers": False,
+    "otlp_traces_endpoint": None,
+    "collect_detailed_traces": None,
+    "disable_uvicorn_access_log": False,
+}
+
+
+def operations_from_args(raw: dict[str, Any]) -> argparse.Namespace:
+    """vLLM's TLS, root path, log, request id and trace flags from its arguments, under
+    ``tokenwire serve``'s names."""
+    ops = {key: raw.get(key, default) for key, default in _OPERATIONS.items()}
+    if ops["ssl_cert_reqs"] is None:
+        ops["ssl_cert_reqs"] = 0
+    detailed = ops["collect_detailed_traces"]
+    if isinstance(detailed, str):
+        ops["collect_detailed_traces"] = [m for m in detailed.split(",") if m]
+    ops["disable_access_log"] = bool(ops.pop("disable_uvicorn_access_log"))
+    return argparse.Namespace(**ops)
+
+
 def settings_from_args(args_json: str) -> dict[str, Any]:
     """What tokenwire takes from vLLM's arguments: model, tokenizer, served name, context length,
-    and the keep-alive timeout."""
+    the keep-alive timeout, and the operations flags (``operations``, a namespace)."""
     raw = json.loads(args_json or "{}")
     if not isinstance(raw, dict):
         raise SystemExit("tokenwire-vllm-frontend: --args-json must be a JSON object")
@@ -68,6 +105,7 @@ def settings_from_args(args_json: str) -> dict[str, Any]:
         "max_header_bytes": raw.get("h11_max_incomplete_event_size") or (4 << 20),
         "ready_timeout": float(raw.get("engine_ready_timeout_secs") or 600),
         "log_level": "info",
+        "operations": operations_from_args(raw),
     }
 
 
@@ -79,10 +117,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     import uvicorn
 
     from tokenwire.engine.vllm import VllmEngine, VllmEngineConfig
+    from tokenwire.entrypoints.options import operations, server
     from tokenwire.server import ServerConfig, create_app
     from tokenwire.server.serving import ConnectionLimits, uvicorn_config
     from tokenwire.tokenizer import Tokenizer
 
+    ops = settings["operations"]
+    listen = server.listen_settings(ops)
+    observe = operations.observe_config(ops, service_name="vllm-tokenwire")
     tok = Tokenizer.from_pretrained(settings["tokenizer"])
     if isinstance(settings["max_model_len"], int):
         tok.max_model_len = settings["max_model_len"]
@@ -96,7 +138,15 @@ def main(argv: Sequence[str] | None = None) -> int:
             ready_timeout=settings["ready_timeout"],
         ),
     )
-    app = create_app(tok, engine, ServerConfig(model_name=settings["served_model_name"]))
+    app = create_app(
+        tok,
+        engine,
+        ServerConfig(
+            model_name=settings["served_model_name"],
+            access_log=not ops.disable_access_log,
+            observe=observe,
+        ),
+    )
     listener = socket.socket(fileno=args.listen_fd)
     log.info(
         "serving %r for vLLM's engines %d..%d on %s",
@@ -112,16 +162,17 @@ def main(argv: Sequence[str] | None = None) -> int:
         max_header_count=int(settings["max_header_count"]),
         max_header_bytes=int(settings["max_header_bytes"]),
     )
-    server = uvicorn.Server(
+    http_server = uvicorn.Server(
         uvicorn_config(
             app,
             limits,
+            **listen,
             log_level=settings["log_level"],
             timeout_graceful_shutdown=5,
             access_log=False,
         )
     )
-    server.run(sockets=[listener])
+    http_server.run(sockets=[listener])
     return 0
 
 

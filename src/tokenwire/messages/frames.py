@@ -223,13 +223,15 @@ class Decoded:
 
     ``ok`` is False for a malformed frame; then ``rids`` holds the rids its header named (possibly
     none) and there are no events. ``cached_tokens`` and ``reasoning_tokens`` are empty when the
-    frame does not carry them (all zeros).
+    frame does not carry them (all zeros). ``engine``: which of several engines (data-parallel
+    rank) made the step, for per-engine metrics (0 unless the engine says).
     """
 
     __slots__ = (
         "_events",
         "_families",
         "cached_tokens",
+        "engine",
         "finish_reasons",
         "layout",
         "ok",
@@ -265,6 +267,7 @@ class Decoded:
         self.prompt_tokens = prompt_tokens or []
         self._families = families or {}
         self._events: list[FrameEvent] | None = None
+        self.engine = 0
 
     def counts_at(self, i: int) -> tuple[int, int]:
         """Request ``i``'s ``(cached_tokens, reasoning_tokens)``."""

@@ -1,5 +1,9 @@
 """Prometheus metrics of one server.
 
+vLLM's series under vLLM's names (``vllm:*``), labels (``model_name``, ``engine``) and histogram
+buckets, for everything the frontend can know, so vLLM's dashboards and alerts read tokenwire
+unchanged; tokenwire's own series under ``tokenwire_*``.
+
 Latency histograms are observed for every streamed chunk, so they are kept as plain bucket counts
 (updated from the event loop thread only, no lock) and exposed through a custom collector in the
 standard histogram format; counters and gauges are prometheus-client's own.
@@ -19,109 +23,326 @@ from collections.abc import Callable, Iterator, Sequence
 from prometheus_client import CollectorRegistry, Counter, Gauge, generate_latest
 from prometheus_client.core import GaugeMetricFamily, HistogramMetricFamily, Metric
 
-__all__ = ["EngineCollector", "Metrics", "LoopHistogram", "SharedMetrics"]
+__all__ = [
+    "E2E_BUCKETS",
+    "ITL_BUCKETS",
+    "TTFT_BUCKETS",
+    "EngineCollector",
+    "EngineSeries",
+    "LoopHistogram",
+    "Metrics",
+    "SharedMetrics",
+    "request_tokens_buckets",
+]
+
+# vLLM's bucket boundaries (vllm/v1/metrics/buckets.py, 0.32), so its dashboards' quantiles read
+# the same here.
+#: ``vllm:time_to_first_token_seconds``.
+TTFT_BUCKETS = (
+    0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0,
+    20.0, 40.0, 80.0, 160.0, 640.0, 2560.0,
+)  # fmt: skip
+#: ``vllm:inter_token_latency_seconds`` and ``vllm:request_time_per_output_token_seconds``.
+ITL_BUCKETS = (
+    0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0, 20.0,
+    40.0, 80.0,
+)  # fmt: skip
+#: End-to-end, queue, prefill, decode and inference time of a request.
+E2E_BUCKETS = (
+    0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5, 5.0, 10.0, 15.0, 20.0, 30.0, 40.0, 50.0, 60.0, 120.0, 240.0,
+    480.0, 960.0, 1920.0, 7680.0,
+)  # fmt: skip
+#: ``vllm:request_params_n``.
+N_BUCKETS = (1, 2, 5, 10, 20)
+#: ``tokenwire_egress_step_seconds``: frontend time per engine step.
+EGRESS_BUCKETS = (1e-5, 5e-5, 1e-4, 2.5e-4, 5e-4, 1e-3, 2.5e-3, 5e-3, 1e-2, 5e-2)
+
+#: The finish reasons vLLM counts (``vllm:request_success_total{finished_reason}``), made at
+#: start so that dashboards see every series from the first scrape.
+FINISHED_REASONS = ("stop", "length", "abort", "error", "repetition")
+
+_LABELS = ("model_name", "engine")
 
 
-class LoopHistogram:
-    """A histogram observed from one thread (the event loop)."""
+def request_tokens_buckets(max_model_len: int | None) -> list[float]:
+    """vLLM's buckets for token counts of a request: 1, 2, 5, 10, 20, 50... up to the context
+    length (vLLM's ``build_1_2_5_buckets``)."""
+    top = max_model_len if max_model_len and max_model_len > 0 else 1 << 17
+    out: list[float] = []
+    scale = 1
+    while True:
+        for m in (1, 2, 5):
+            if m * scale > top:
+                return out
+            out.append(float(m * scale))
+        scale *= 10
 
-    def __init__(
-        self, name: str, documentation: str, buckets: Sequence[float], registry: CollectorRegistry
-    ) -> None:
-        self.name = name
-        self.documentation = documentation
-        self._bounds = [*sorted(buckets), float("inf")]
-        self._counts = [0] * len(self._bounds)
-        self._sum = 0.0
-        registry.register(self)
+
+class _LoopChild:
+    """One label set of a ``LoopHistogram``."""
+
+    __slots__ = ("_bounds", "counts", "sum")
+
+    def __init__(self, bounds: list[float]) -> None:
+        self._bounds = bounds
+        self.counts = [0] * len(bounds)
+        self.sum = 0.0
 
     def observe(self, value: float) -> None:
-        self._counts[bisect_left(self._bounds, value)] += 1
-        self._sum += value
+        self.counts[bisect_left(self._bounds, value)] += 1
+        self.sum += value
 
     @property
     def count(self) -> int:
-        return sum(self._counts)
+        return sum(self.counts)
+
+
+class LoopHistogram:
+    """A histogram observed from one thread (the event loop), with optional labels: ``labels``
+    gives one label set's child (cache it: it is the cheap thing to ``observe``)."""
+
+    def __init__(
+        self,
+        name: str,
+        documentation: str,
+        buckets: Sequence[float],
+        registry: CollectorRegistry,
+        labelnames: Sequence[str] = (),
+    ) -> None:
+        self.name = name
+        self.documentation = documentation
+        self.labelnames = tuple(labelnames)
+        self._bounds = [*sorted(buckets), float("inf")]
+        self._children: dict[tuple[str, ...], _LoopChild] = {}
+        if not self.labelnames:
+            self._children[()] = _LoopChild(self._bounds)
+        registry.register(self)
+
+    def labels(self, *values: str) -> _LoopChild:
+        """The child of one label set (made on first use)."""
+        if len(values) != len(self.labelnames):
+            raise ValueError(f"{self.name} takes labels {self.labelnames}, got {values}")
+        child = self._children.get(values)
+        if child is None:
+            child = self._children[values] = _LoopChild(self._bounds)
+        return child
+
+    def observe(self, value: float) -> None:
+        """Observe ``value`` (a histogram without labels)."""
+        self._children[()].observe(value)
+
+    @property
+    def count(self) -> int:
+        """Observations of every label set."""
+        return sum(c.count for c in self._children.values())
 
     def collect(self) -> Iterator[HistogramMetricFamily]:
-        cumulative = []
-        total = 0
-        for bound, n in zip(self._bounds, self._counts):
-            total += n
-            cumulative.append(("+Inf" if bound == float("inf") else repr(bound), total))
-        yield HistogramMetricFamily(
-            self.name, self.documentation, buckets=cumulative, sum_value=self._sum
+        family = HistogramMetricFamily(
+            self.name, self.documentation, labels=list(self.labelnames) or None
         )
+        for values, child in self._children.items():
+            cumulative = []
+            total = 0
+            for bound, n in zip(self._bounds, child.counts):
+                total += n
+                cumulative.append(("+Inf" if bound == float("inf") else repr(bound), total))
+            family.add_metric(list(values), cumulative, child.sum)
+        yield family
 
     def describe(self) -> list:
         return []
 
 
-class Metrics:
-    """Requests by route and status, tokens in and out, request outcomes by finish reason and by
-    error kind, time to first token, inter-token and end-to-end latency (vLLM's metric names
-    with a ``tokenwire:`` prefix), egress time per engine step, requests in flight."""
+class EngineSeries:
+    """The children of one engine's series (``engine`` label), bound once: what the hot paths
+    update."""
 
-    def __init__(self) -> None:
+    __slots__ = (
+        "decode",
+        "e2e",
+        "egress_step",
+        "generation_tokens",
+        "_metrics",
+        "inference",
+        "itl",
+        "label",
+        "max_num_generation_tokens",
+        "params_max_tokens",
+        "params_n",
+        "prefill",
+        "prompt_tokens",
+        "queue",
+        "request_generation_tokens",
+        "request_prompt_tokens",
+        "success",
+        "time_per_output_token",
+        "ttft",
+    )
+
+    def __init__(self, m: Metrics, engine: int) -> None:
+        labels = (m.model_name, str(engine))
+        self._metrics = m
+        self.label = engine
+        self.prompt_tokens = m.prompt_tokens.labels(*labels)
+        self.generation_tokens = m.generation_tokens.labels(*labels)
+        self.success = {r: m.request_success.labels(*labels, r) for r in FINISHED_REASONS}
+        self.ttft = m.ttft.labels(*labels)
+        self.itl = m.itl.labels(*labels)
+        self.e2e = m.e2e.labels(*labels)
+        self.queue = m.queue_time.labels(*labels)
+        self.prefill = m.prefill_time.labels(*labels)
+        self.decode = m.decode_time.labels(*labels)
+        self.inference = m.inference_time.labels(*labels)
+        self.time_per_output_token = m.time_per_output_token.labels(*labels)
+        self.request_prompt_tokens = m.request_prompt_tokens.labels(*labels)
+        self.request_generation_tokens = m.request_generation_tokens.labels(*labels)
+        self.params_n = m.params_n.labels(*labels)
+        self.params_max_tokens = m.params_max_tokens.labels(*labels)
+        self.max_num_generation_tokens = m.max_num_generation_tokens.labels(*labels)
+        self.egress_step = m.egress_step.labels(str(engine))
+
+    def finished(self, reason: str) -> None:
+        """One request (choice) finished with ``reason``."""
+        counter = self.success.get(reason)
+        if counter is None:  # a reason vLLM does not have (an engine's own)
+            counter = self.success[reason] = self._metrics.request_success.labels(
+                self._metrics.model_name, str(self.label), reason
+            )
+        counter.inc()
+
+
+class Metrics:
+    """Every series of one server: vLLM's (per engine: ``engine(index)`` binds them) and
+    tokenwire's own (requests by route and status, errors by kind, frontend time per engine step,
+    requests in flight)."""
+
+    def __init__(self, model_name: str = "tokenwire", max_model_len: int | None = None) -> None:
         self.registry = CollectorRegistry()
+        self.model_name = model_name
         r = self.registry
+        labels = list(_LABELS)
+        # ---- tokenwire's own
         self.requests = Counter(
             "tokenwire_requests",
             "HTTP requests by route and status",
             ["route", "status"],
             registry=r,
         )
-        self.prompt_tokens = Counter("tokenwire:prompt_tokens", "Prompt tokens in", registry=r)
-        self.generation_tokens = Counter(
-            "tokenwire:generation_tokens", "Generated tokens out", registry=r
-        )
-        self.request_success = Counter(
-            "tokenwire:request_success",
-            "Finished requests (each choice) by finish reason",
-            ["finished_reason"],
-            registry=r,
-        )
         self.request_errors = Counter(
-            "tokenwire:request_errors",
-            "Requests ended by an error, by kind (the error's type)",
+            "tokenwire_request_errors",
+            "Requests ended by an error, by kind (the error's type; client_stalled: a streaming "
+            "client that stopped reading)",
             ["error_type"],
             registry=r,
         )
-        self.ttft = LoopHistogram(
-            "tokenwire:time_to_first_token_seconds",
-            "Time to first token",
-            registry=r,
-            buckets=(0.001, 0.005, 0.01, 0.02, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10),
-        )
-        self.itl = LoopHistogram(
-            "tokenwire:inter_token_latency_seconds",
-            "Time between streamed chunks",
-            registry=r,
-            buckets=(0.0005, 0.001, 0.005, 0.01, 0.02, 0.05, 0.1, 0.25, 0.5, 1),
-        )
-        self.e2e = LoopHistogram(
-            "tokenwire:e2e_request_latency_seconds",
-            "Time from submission to the end of the response",
-            registry=r,
-            buckets=(0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 20, 30, 60, 120, 300),
-        )
         self.egress_step = LoopHistogram(
             "tokenwire_egress_step_seconds",
-            "Frontend time per engine step (frame to sinks)",
-            registry=r,
-            buckets=(1e-5, 5e-5, 1e-4, 2.5e-4, 5e-4, 1e-3, 2.5e-3, 5e-3, 1e-2, 5e-2),
+            "Frontend time per engine step (frame to every stream)",
+            EGRESS_BUCKETS,
+            r,
+            ["engine"],
         )
         self.in_flight = Gauge(
             "tokenwire_requests_in_flight", "Engine requests in flight", registry=r
         )
+        # ---- vLLM's
+        self.prompt_tokens = Counter(
+            "vllm:prompt_tokens", "Number of prefill tokens processed.", labels, registry=r
+        )
+        self.generation_tokens = Counter(
+            "vllm:generation_tokens", "Number of generation tokens processed.", labels, registry=r
+        )
+        self.request_success = Counter(
+            "vllm:request_success",
+            "Count of successfully processed requests.",
+            [*labels, "finished_reason"],
+            registry=r,
+        )
+
+        def hist(name: str, doc: str, buckets: Sequence[float]) -> LoopHistogram:
+            return LoopHistogram(name, doc, buckets, r, labels)
+
+        self.ttft = hist(
+            "vllm:time_to_first_token_seconds",
+            "Histogram of time to first token in seconds.",
+            TTFT_BUCKETS,
+        )
+        self.itl = hist(
+            "vllm:inter_token_latency_seconds",
+            "Histogram of inter-token latency in seconds.",
+            ITL_BUCKETS,
+        )
+        self.e2e = hist(
+            "vllm:e2e_request_latency_seconds",
+            "Histogram of e2e request latency in seconds.",
+            E2E_BUCKETS,
+        )
+        self.queue_time = hist(
+            "vllm:request_queue_time_seconds",
+            "Histogram of time spent in WAITING phase for request.",
+            E2E_BUCKETS,
+        )
+        self.prefill_time = hist(
+            "vllm:request_prefill_time_seconds",
+            "Histogram of time spent in PREFILL phase for request.",
+            E2E_BUCKETS,
+        )
+        self.decode_time = hist(
+            "vllm:request_decode_time_seconds",
+            "Histogram of time spent in DECODE phase for request.",
+            E2E_BUCKETS,
+        )
+        self.inference_time = hist(
+            "vllm:request_inference_time_seconds",
+            "Histogram of time spent in RUNNING phase for request.",
+            E2E_BUCKETS,
+        )
+        self.time_per_output_token = hist(
+            "vllm:request_time_per_output_token_seconds",
+            "Histogram of time_per_output_token_seconds per request.",
+            ITL_BUCKETS,
+        )
+        tokens = request_tokens_buckets(max_model_len)
+        self.request_prompt_tokens = hist(
+            "vllm:request_prompt_tokens", "Number of prefill tokens processed.", tokens
+        )
+        self.request_generation_tokens = hist(
+            "vllm:request_generation_tokens", "Number of generation tokens processed.", tokens
+        )
+        self.params_n = hist(
+            "vllm:request_params_n", "Histogram of the n request parameter.", N_BUCKETS
+        )
+        self.params_max_tokens = hist(
+            "vllm:request_params_max_tokens",
+            "Histogram of the max_tokens request parameter.",
+            tokens,
+        )
+        self.max_num_generation_tokens = hist(
+            "vllm:request_max_num_generation_tokens",
+            "Histogram of maximum number of requested generation tokens.",
+            tokens,
+        )
+        self._engines: dict[int, EngineSeries] = {}
+        self.engine(0)
+
+    def engine(self, index: int) -> EngineSeries:
+        """Engine ``index``'s series (made on first use)."""
+        series = self._engines.get(index)
+        if series is None:
+            series = self._engines[index] = EngineSeries(self, index)
+        return series
 
 
 class EngineCollector:
-    """Engine-side gauges, read at scrape time from what the engines last reported (vLLM's names
-    with a ``tokenwire:`` prefix): requests running and waiting, KV cache usage, live engines."""
+    """Engine-side gauges, read at scrape time from what the engines last reported: vLLM's
+    requests running and waiting and KV cache usage (``vllm:*``, per engine), and tokenwire's
+    live engines and KV cache capacity."""
 
-    def __init__(self, engine: object, registry: CollectorRegistry) -> None:
+    def __init__(
+        self, engine: object, registry: CollectorRegistry, model_name: str = "tokenwire"
+    ) -> None:
         self.engine = engine
+        self.model_name = model_name
         registry.register(self)
 
     def stats_taken_at(self) -> dict[str, float]:
@@ -132,7 +353,7 @@ class EngineCollector:
 
     def collect(self) -> Iterator[GaugeMetricFamily]:
         stats = getattr(self.engine, "scheduler_stats", None)
-        alive = GaugeMetricFamily("tokenwire:engines_alive", "Engines able to serve")
+        alive = GaugeMetricFamily("tokenwire_engines_alive", "Engines able to serve")
         engines = getattr(self.engine, "engines", None)
         if engines is not None:
             alive.add_metric([], sum(1 for e in engines if e["alive"]))
@@ -140,7 +361,7 @@ class EngineCollector:
             alive.add_metric([], 1 if getattr(self.engine, "alive", False) else 0)
         yield alive
         capacity = GaugeMetricFamily(
-            "tokenwire:kv_cache_capacity_tokens",
+            "tokenwire_kv_cache_capacity_tokens",
             "KV cache capacity in tokens, as each engine reported when it started",
             labels=["engine"],
         )
@@ -148,46 +369,57 @@ class EngineCollector:
             if e.get("kv_capacity_tokens") is not None:
                 capacity.add_metric([str(e["rank"])], float(e["kv_capacity_tokens"]))
         yield capacity
+        model = self.model_name
         if stats is None:
             # An engine without scheduler stats (the synthetic one) may still count its batch.
-            for name, attr, doc in (
-                ("tokenwire:num_requests_running", "running", "Requests in engine batches"),
-                ("tokenwire:num_requests_waiting", "waiting", "Requests waiting in engines"),
-            ):
+            for name, attr, doc in _SCHEDULER_SERIES:
                 value = getattr(self.engine, attr, None)
-                if isinstance(value, int):
-                    family = GaugeMetricFamily(name, doc, labels=["engine"])
-                    family.add_metric(["0"], float(value))
+                if isinstance(value, (int, float)):
+                    family = GaugeMetricFamily(name, doc, labels=list(_LABELS))
+                    family.add_metric([model, "0"], float(value))
                     yield family
             return
-        for name, key, doc in (
-            ("tokenwire:num_requests_running", "num_running_reqs", "Requests in engine batches"),
-            ("tokenwire:num_requests_waiting", "num_waiting_reqs", "Requests waiting in engines"),
-            ("tokenwire:kv_cache_usage_perc", "kv_cache_usage", "KV cache usage (1 = full)"),
-        ):
-            family = GaugeMetricFamily(name, doc, labels=["engine"])
+        for name, key, doc in _SCHEDULER_STATS:
+            family = GaugeMetricFamily(name, doc, labels=list(_LABELS))
             for rank, values in sorted(stats.items()):
                 value = values.get(key)
+                if key == "num_waiting_reqs" and isinstance(value, (int, float)):
+                    # vLLM's gauge counts the requests its scheduler skipped too.
+                    skipped = values.get("num_skipped_waiting_reqs")
+                    value += skipped if isinstance(skipped, (int, float)) else 0
                 if isinstance(value, (int, float)):
-                    family.add_metric([str(rank)], float(value))
+                    family.add_metric([model, str(rank)], float(value))
             yield family
 
     def describe(self) -> list:
         return []
 
 
+#: The scheduler gauges: vLLM's name, the engine's stats key, the help.
+_SCHEDULER_STATS = (
+    (
+        "vllm:num_requests_running",
+        "num_running_reqs",
+        "Number of requests in model execution batches.",
+    ),
+    (
+        "vllm:num_requests_waiting",
+        "num_waiting_reqs",
+        "Number of requests waiting to be processed.",
+    ),
+    ("vllm:kv_cache_usage_perc", "kv_cache_usage", "KV-cache usage. 1 means 100 percent usage."),
+)
+#: The same, read from an engine without scheduler stats: the attribute it has instead.
+_SCHEDULER_SERIES = tuple(
+    (name, attr, doc)
+    for (name, _, doc), attr in zip(_SCHEDULER_STATS, ("running", "waiting", "kv_cache_usage"))
+)
 #: Gauges that describe the shared engines as every worker sees them: they merge by max.
-_ENGINE_GAUGES = frozenset({"tokenwire:engines_alive", "tokenwire:kv_cache_capacity_tokens"})
+_ENGINE_GAUGES = frozenset({"tokenwire_engines_alive", "tokenwire_kv_cache_capacity_tokens"})
 #: Gauges from the engines' scheduler stats, which vLLM sends to one worker per step (so a
 #: worker's may be long out of date): each engine's value comes from the worker that holds its
 #: newest stats, by the engine's clock (vLLM's own merge, "mostrecent").
-_SCHEDULER_GAUGES = frozenset(
-    {
-        "tokenwire:num_requests_running",
-        "tokenwire:num_requests_waiting",
-        "tokenwire:kv_cache_usage_perc",
-    }
-)
+_SCHEDULER_GAUGES = frozenset(name for name, _, _ in _SCHEDULER_STATS)
 
 
 class SharedMetrics:

@@ -17,12 +17,14 @@ import itertools
 import logging
 import signal
 import time
+from typing import Any
 
 from tokenwire.context_length import max_prompt_chars
 from tokenwire.detok.tables import decode_table
 from tokenwire.engine import (
     Engine,
     EngineRequest,
+    RequestTimes,
     check_grammar,
     supports_stop_token_sequences,
     supports_structured_outputs,
@@ -46,7 +48,7 @@ from tokenwire.messages.frames import (
     decode_result_frame,
 )
 from tokenwire.runtime.config import RuntimeConfig
-from tokenwire.runtime.metrics import EngineCollector, Metrics, SharedMetrics
+from tokenwire.runtime.metrics import EngineCollector, EngineSeries, Metrics, SharedMetrics
 from tokenwire.runtime.plan import Plan
 from tokenwire.shard import DetokShard
 from tokenwire.tokenizer import Tokenizer
@@ -73,8 +75,10 @@ class Runtime:
             config.features, structured_outputs=supports_structured_outputs(engine)
         )
         self.shard = DetokShard(self._abort_in_engine, max_stall=config.stall_timeout)
-        self.metrics = Metrics()
-        collector = EngineCollector(engine, self.metrics.registry)
+        self.metrics = Metrics(config.model_name, tokenizer.max_model_len)
+        collector = EngineCollector(engine, self.metrics.registry, config.model_name)
+        self._engine_of = getattr(engine, "engine_of", None)
+        self._pop_times = getattr(engine, "pop_request_times", None)
         #: Set when several API-server processes share one /metrics.
         self.shared_metrics = (
             SharedMetrics(
@@ -100,6 +104,8 @@ class Runtime:
         max_prompt_chars(self.tokenizer)  # (a vocabulary scan)
         decode_table(self.tokenizer, False)
         await self.engine.start(self.on_output)
+        for e in getattr(self.engine, "engines", None) or ():
+            self.metrics.engine(int(e["rank"]))  # every engine's series from the first scrape
         engine_len = getattr(self.engine, "max_model_len", None)
         if isinstance(engine_len, int) and engine_len > 0:
             # The engine's context length is the one that holds (vLLM's auto-fitted one).
@@ -181,8 +187,9 @@ class Runtime:
         if isinstance(frame, Decoded):
             t0 = time.perf_counter()
             self.shard.on_frame(frame)
-            self.metrics.egress_step.observe(time.perf_counter() - t0)
-            self.metrics.generation_tokens.inc(len(frame.token_ids))
+            series = self.metrics.engine(frame.engine)
+            series.egress_step.observe(time.perf_counter() - t0)
+            series.generation_tokens.inc(len(frame.token_ids))
             return
         if not frame:
             return
@@ -191,9 +198,10 @@ class Runtime:
             t0 = time.perf_counter()
             decoded = decode_batch_frame(frame)
             self.shard.on_frame(decoded)
-            self.metrics.egress_step.observe(time.perf_counter() - t0)
+            series = self.metrics.engine(decoded.engine)
+            series.egress_step.observe(time.perf_counter() - t0)
             if decoded.ok:
-                self.metrics.generation_tokens.inc(len(decoded.token_ids))
+                series.generation_tokens.inc(len(decoded.token_ids))
         elif tag == EGRESS_TAG_ERROR:
             try:
                 rid, message = decode_error_frame(frame)
@@ -266,9 +274,40 @@ class Runtime:
             for rid, _, sink in out:
                 self.abort(rid, sink)
             raise
-        self.metrics.prompt_tokens.inc(plan.prompt_tokens)
+        series = self.metrics.engine(self.engine_of(out[0][0]) if out else 0)
+        series.prompt_tokens.inc(plan.prompt_tokens)
+        series.params_n.observe(plan.n)
+        max_tokens = plan.params.max_new_tokens
+        if max_tokens is not None:
+            for _ in plan.prompts:
+                series.params_max_tokens.observe(max_tokens)
+                series.max_num_generation_tokens.observe(max_tokens)
         self.metrics.in_flight.set(len(self.shard))
         return out
+
+    def engine_of(self, rid: str) -> int:
+        """Which engine (data-parallel rank) has request ``rid`` (0 for a single engine)."""
+        return self._engine_of(rid) if self._engine_of is not None else 0
+
+    def finished_request(self, done: Any, series: EngineSeries) -> RequestTimes | None:
+        """A choice's final item (``Done``): its outcome and sizes counted, and its phases as
+        the engine timed them (returned; None when the engine does not say)."""
+        times = self._pop_times(done.rid) if self._pop_times is not None else None
+        if times is not None and times.engine != series.label:
+            series = self.metrics.engine(times.engine)
+        fr = done.finish_reason
+        series.finished((fr.openai_finish_reason if fr is not None else None) or "unknown")
+        series.request_prompt_tokens.observe(done.prompt_tokens)
+        series.request_generation_tokens.observe(done.completion_tokens)
+        if times is not None:
+            series.queue.observe(max(0.0, times.scheduled - times.queued))
+            series.prefill.observe(max(0.0, times.first_token - times.scheduled))
+            decode = max(0.0, times.last_token - times.first_token)
+            series.decode.observe(decode)
+            series.inference.observe(max(0.0, times.last_token - times.scheduled))
+            steps = done.completion_tokens - 1
+            series.time_per_output_token.observe(decode / steps if steps > 0 else 0.0)
+        return times
 
     def abort(self, rid: str, sink: EgressSink | None = None) -> None:
         """Give a request up (client gone): shard state and engine slot released at once."""

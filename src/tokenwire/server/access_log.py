@@ -19,7 +19,7 @@ def access_line(scope: dict[str, Any], status: int | None, seconds: float) -> st
     """The log line of one request (``status`` None: the client left before any response)."""
     client = scope.get("client")
     who = f"{client[0]}:{client[1]}" if client else "-"
-    path = scope.get("path", "")
+    path = scope.get("root_path", "") + scope.get("path", "")  # (the path a proxy was sent)
     query = scope.get("query_string", b"")
     if query:
         path += "?" + query.decode("latin-1")

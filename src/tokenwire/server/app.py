@@ -19,6 +19,7 @@ from tokenwire.server.errors import NotFound
 from tokenwire.server.guard import guarded, passing
 from tokenwire.server.health_listener import HealthListener
 from tokenwire.server.http import current_scope, respond, route_of, send_error
+from tokenwire.server.observe import RequestRecord, current_record
 from tokenwire.server.security import Security
 from tokenwire.tokenizer import Tokenizer
 
@@ -50,6 +51,8 @@ class App:
         self.config = config
         self.state = SimpleNamespace(runtime=runtime)
         self._security = Security(config.security)
+        self._observe = config.observe
+        self._observing = config.observe.active
         self._routes: dict[tuple[str, str], Handler] = {
             **openai.ROUTES,
             **generate.ROUTES,
@@ -70,12 +73,41 @@ class App:
     async def __call__(self, scope: dict, receive: Any, send: Any) -> None:
         kind = scope["type"]
         if kind == "http":
-            if self.config.access_log:
+            if scope.get("root_path"):
+                scope = _below_root(scope)
+            if self._observing:
+                await self._observed(scope, receive, send)
+            elif self.config.access_log:
                 await access_log.logged(self._guarded, scope, receive, send)
             else:
                 await self._guarded(scope, receive, send)
         elif kind == "lifespan":
             await self._lifespan(receive, send)
+
+    async def _observed(self, scope: dict, receive: Any, send: Any) -> None:
+        """Serve one request with its ``RequestRecord``: its ``X-Request-Id`` echoed, its trace
+        span sent once the response is over."""
+        observe = self._observe
+        record = RequestRecord(observe, scope, self.runtime.tokenizer)
+        token = current_record.set(record)
+
+        async def seen(message: dict) -> None:
+            if message["type"] == "http.response.start":
+                record.status = message["status"]
+                if observe.request_id_headers:
+                    header = (b"x-request-id", record.response_id().encode("latin-1"))
+                    message = {**message, "headers": [*message.get("headers", ()), header]}
+            await send(message)
+
+        try:
+            if self.config.access_log:
+                await access_log.logged(self._guarded, scope, receive, passing(seen, send))
+            else:
+                await self._guarded(scope, receive, passing(seen, send))
+        finally:
+            current_record.reset(token)
+            if observe.tracing is not None and record.submitted_plan:
+                observe.tracing.emit(record)
 
     async def _guarded(self, scope: dict, receive: Any, send: Any) -> None:
         await guarded(self._dispatch, scope, receive, send, self._on_unhandled(scope))
@@ -142,8 +174,21 @@ class App:
                 if self.health is not None:
                     await self.health.close()
                 await self.runtime.close()
+                if self._observe.tracing is not None:
+                    self._observe.tracing.shutdown()  # the spans still queued go out
                 await send({"type": "lifespan.shutdown.complete"})
                 return
+
+
+def _below_root(scope: dict) -> dict:
+    """The request's scope with ``path`` relative to ``root_path`` (the path prefix of a proxy
+    in front, ``--root-path``), as routes are matched: ASGI servers put the prefix in ``path``
+    (uvicorn adds it), and a path without it stays as it is (Starlette's rule, so vLLM's)."""
+    root = scope["root_path"].rstrip("/")
+    path = scope.get("path", "")
+    if root and path.startswith(root) and (len(path) == len(root) or path[len(root)] == "/"):
+        return {**scope, "path": path[len(root) :] or "/", "root_path": root}
+    return scope
 
 
 def create_app(tokenizer: Tokenizer, engine: Engine, config: ServerConfig | None = None) -> App:

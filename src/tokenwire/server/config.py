@@ -1,5 +1,6 @@
 """``ServerConfig``: a server's settings: the runtime's (``RuntimeConfig``) and the HTTP
-server's own (security, request body limits, per-request bounds, the access log)."""
+server's own (security, request body limits, per-request bounds, the access log, request logs,
+request ids and traces)."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ from dataclasses import dataclass
 from tokenwire.messages.sampling import DEFAULT_MAX_STOP_STR_LEN
 from tokenwire.runtime import RuntimeConfig
 from tokenwire.server.limits import DEFAULT_BODY_TIMEOUT, DEFAULT_MAX_REQUEST_BYTES
+from tokenwire.server.observe import ObserveConfig
 from tokenwire.server.security import SecurityConfig
 
 __all__ = ["DEFAULT_LIMITS", "RequestLimits", "ServerConfig"]
@@ -42,3 +44,5 @@ class ServerConfig(RuntimeConfig):
     #: reach (``--health-port``; None: none).
     health_port: int | None = None
     health_host: str = "127.0.0.1"
+    #: Request log lines, echoed request ids and trace spans.
+    observe: ObserveConfig = dataclasses.field(default_factory=ObserveConfig)

@@ -252,7 +252,7 @@ class GenerateStreamer(Streamer):
                 body["meta_info"]["completion_tokens"] = item.completion_tokens
             else:
                 self.open.discard(index)
-                count_finish(self.rt, final)
+                count_finish(self.rt, final, self.tracker, self.texts[index])
             if self.plan.batch:
                 body["index"] = index
             out.append(sse(body) + (SSE_DONE if not self.open else b""))

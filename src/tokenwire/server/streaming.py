@@ -6,6 +6,7 @@ stops reading ending every choice, everywhere."""
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import logging
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -15,7 +16,7 @@ from tokenwire.messages.egress import Done, EgressSink, Error
 from tokenwire.messages.errors import ClientDisconnected, TokenwireError
 from tokenwire.messages.finish_reason import FinishReason
 from tokenwire.runtime import Plan, Runtime
-from tokenwire.runtime.metrics import Metrics
+from tokenwire.runtime.metrics import EngineSeries
 from tokenwire.server import limits
 from tokenwire.server.direct_stream import DirectStream
 from tokenwire.server.errors import error_body
@@ -30,6 +31,7 @@ from tokenwire.server.http import (
     sse,
     wait_disconnect,
 )
+from tokenwire.server.observe import RequestRecord, current_record
 from tokenwire.server.serving import BODY_WRITER, BodyWriter
 
 __all__ = [
@@ -108,25 +110,45 @@ def end_when_abandoned(subs: Subs) -> list[bool]:
     return hit
 
 
+#: When the generation request being handled arrived (``perf_counter``), for its latencies.
+received: contextvars.ContextVar[float] = contextvars.ContextVar("tokenwire_received", default=0.0)
+
+
 class Tracker:
-    """Per-request latency metrics."""
+    """One request's latency metrics, on the series of the engine that has its first choice;
+    ``record`` is its ``RequestRecord`` when tracing or request logging is on (else None)."""
 
-    __slots__ = ("first", "last", "metrics", "start")
+    __slots__ = ("first", "last", "record", "series", "start")
 
-    def __init__(self, metrics: Metrics) -> None:
-        self.metrics = metrics
-        self.start = time.perf_counter()
+    def __init__(
+        self, series: EngineSeries, start: float = 0.0, record: RequestRecord | None = None
+    ) -> None:
+        self.series = series
+        self.start = start or time.perf_counter()
         self.first = True
         self.last = self.start
+        self.record = record
+
+    @classmethod
+    def of(cls, rt: Runtime, subs: Subs) -> Tracker:
+        """The tracker of the request being handled, whose choices are ``subs``."""
+        series = rt.metrics.engine(rt.engine_of(subs[0][0]) if subs else 0)
+        return cls(series, received.get(), current_record.get())
 
     def chunk(self) -> None:
         now = time.perf_counter()
         if self.first:
-            self.metrics.ttft.observe(now - self.start)
+            self.series.ttft.observe(now - self.start)
             self.first = False
+            if self.record is not None:
+                self.record.first_chunk = now
         else:
-            self.metrics.itl.observe(now - self.last)
+            self.series.itl.observe(now - self.last)
         self.last = now
+
+    def ended(self) -> None:
+        """The response is complete (end to end latency)."""
+        self.series.e2e.observe(time.perf_counter() - self.start)
 
 
 def body_writer(send: Any) -> BodyWriter | None:
@@ -155,7 +177,6 @@ async def stream(rt: Runtime, receive: Any, send: Any, streamer: Streamer, route
     subs = streamer.subs
     gone = watch(rt, receive, subs)
     abandoned = end_when_abandoned(subs)
-    start = time.perf_counter()
     try:
         await send({"type": "http.response.start", "status": 200, "headers": SSE})
         # Mid-stream chunks skip the wrappers that only look at the start and the end.
@@ -193,10 +214,10 @@ async def stream(rt: Runtime, receive: Any, send: Any, streamer: Streamer, route
         failed = streamer.failed
         rt.metrics.requests.labels(route, str(failed.status if failed else 200)).inc()
         if failed is None:
-            rt.metrics.e2e.observe(time.perf_counter() - start)
+            streamer.tracker.ended()
     except ClientDisconnected:
         rt.metrics.requests.labels(route, "499").inc()
-        rt.metrics.request_success.labels("abort").inc()
+        streamer.tracker.series.finished("abort")
     except asyncio.CancelledError:
         if not abandoned:
             raise
@@ -214,12 +235,13 @@ async def collect(rt: Runtime, receive: Any, send: Any, subs: Subs, work: Any, r
     """Send a whole JSON response: ``work`` (gathering the choices' items) gives its status and
     body; the client going away ends every choice."""
     gone = watch(rt, receive, subs)
-    start = time.perf_counter()
+    start = received.get() or time.perf_counter()
+    series = rt.metrics.engine(rt.engine_of(subs[0][0]) if subs else 0)
     try:
         status, body = await work
     except ClientDisconnected:
         rt.metrics.requests.labels(route, "499").inc()
-        rt.metrics.request_success.labels("abort").inc()
+        series.finished("abort")
         return
     except BaseException:
         # Whatever ends the request here ends it everywhere (the guard answers the client).
@@ -231,14 +253,16 @@ async def collect(rt: Runtime, receive: Any, send: Any, subs: Subs, work: Any, r
         rt.finished()
     rt.metrics.requests.labels(route, str(status)).inc()
     if status == 200:
-        rt.metrics.e2e.observe(time.perf_counter() - start)
+        series.e2e.observe(time.perf_counter() - start)
     await respond(send, status, encode(body))
 
 
 async def gather(rt: Runtime, subs: Subs) -> tuple[int, Any] | Gathered:
     """Every choice's items until its final one; an error ends everything."""
     got = Gathered(len(subs))
+    tracker = Tracker.of(rt, subs)
     async for batch in merged(subs):
+        tracker.chunk()
         for index, item in batch:
             if isinstance(item, Error):
                 for rid, _, sink in subs:
@@ -251,14 +275,17 @@ async def gather(rt: Runtime, subs: Subs) -> tuple[int, Any] | Gathered:
                 got.extras[index].append(item.extras)
             if isinstance(item, Done):
                 got.finals[index] = item
-                count_finish(rt, item)
+                text = "".join(got.texts[index]) if tracker.record is not None else None
+                count_finish(rt, item, tracker, text)
     return got
 
 
-def count_finish(rt: Runtime, done: Any) -> None:
-    fr = done.finish_reason
-    reason = fr.openai_finish_reason if fr is not None else "unknown"
-    rt.metrics.request_success.labels(reason or "unknown").inc()
+def count_finish(rt: Runtime, done: Any, tracker: Tracker, text: str | None = None) -> None:
+    """A choice's final item: its outcome counted (on its request's engine series), and noted
+    in its request's record (``text``: the choice's whole output, when the caller has it)."""
+    times = rt.finished_request(done, tracker.series)
+    if tracker.record is not None:
+        tracker.record.finished(done, times, text)
 
 
 class Gathered:
@@ -285,7 +312,7 @@ class Streamer:
         self.rt = rt
         self.subs = subs
         self.open = set(range(len(subs)))
-        self.tracker = Tracker(rt.metrics)
+        self.tracker = Tracker.of(rt, subs)
         #: The error the stream ended with, if it did (its status is the request's outcome).
         self.failed: TokenwireError | None = None
 
@@ -299,6 +326,8 @@ class Streamer:
     def error(self, err: TokenwireError) -> bytes:
         self.open.clear()
         self.failed = err
+        if self.tracker.record is not None:
+            self.tracker.record.error = err.error_type
         self.rt.metrics.request_errors.labels(err.error_type).inc()
         return sse(error_body(err)) + SSE_DONE
 
@@ -322,6 +351,7 @@ async def serve_plan(
 ) -> None:
     """A generation route: the JSON body parsed into a plan (``parse``), submitted, and answered
     as a stream (``streamer``'s bytes) or a whole response (``gathered``'s status and body)."""
+    received.set(time.perf_counter())
     try:
         plan = await limits.parse_body(receive, parse)
         await rt.check_grammar(plan)  # (an engine compiles a grammar off the event loop)
@@ -331,7 +361,13 @@ async def serve_plan(
     except TokenwireError as err:
         await send_error(rt.metrics, send, err, route)
         return
+    record = current_record.get()
+    if record is not None:
+        record.submitted(plan, subs)
     if plan.stream:
-        await stream(rt, receive, send, streamer(plan, subs), route)
+        out = streamer(plan, subs)
+        if record is not None and record.log_outputs:
+            record.watch(out)
+        await stream(rt, receive, send, out, route)
     else:
         await collect(rt, receive, send, subs, gathered(plan, subs), route)

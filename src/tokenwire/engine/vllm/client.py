@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING, Any
 import zmq
 import zmq.asyncio
 
-from tokenwire.engine import EngineRequest, OutputCallback
+from tokenwire.engine import EngineRequest, OutputCallback, RequestTimes
 from tokenwire.engine.vllm import protocol as wire
 from tokenwire.messages.errors import CodecError, QueueFullError, ValidationError
 from tokenwire.messages.finish_reason import FinishReason
@@ -60,6 +60,8 @@ _MAX_READ_TURN = 0.05
 DEFAULT_STALL_TIMEOUT = 60.0
 #: Scheduler stats of an engine that is gone: its gauges go to 0.
 _GONE_STATS = {"num_running_reqs": 0, "num_waiting_reqs": 0, "kv_cache_usage": 0.0}
+#: Requests whose engine times are kept (finished ones nobody asked about go first).
+_MAX_TIMES = 1 << 16
 
 
 @dataclass
@@ -179,6 +181,9 @@ class VllmEngine:
         #: When each rank took its latest stats, by that engine's clock: vLLM gives each step's
         #: stats to one API server only, so with several this says whose are the newest.
         self.scheduler_stats_at: dict[int, float] = {}
+        #: Per request, by the engine's clock: [queued, scheduled, first token, last token, rank]
+        #: (from its scheduler events and the steps' timestamps; 0.0: not known yet).
+        self._times: dict[str, list[float]] = {}
 
     # ---- Engine protocol -------------------------------------------------------------------------
 
@@ -301,6 +306,7 @@ class VllmEngine:
             self._logprobs[rid] = (lp, p.prompt_logprobs if p.prompt_logprobs is not None else -1)
 
     def abort(self, rid: str) -> None:
+        self._times.pop(rid, None)
         core = self._forget(rid)
         if core is None or not core.alive:
             return
@@ -309,6 +315,19 @@ class VllmEngine:
         if not self._abort_scheduled:
             self._abort_scheduled = True
             asyncio.get_running_loop().call_soon(self._flush_aborts)
+
+    def engine_of(self, rid: str) -> int:
+        """The rank of the engine that has request ``rid`` (the first one's when none has)."""
+        core = self._owner.get(rid)
+        return core.rank if core is not None else self.config.engine_start_index
+
+    def pop_request_times(self, rid: str) -> RequestTimes | None:
+        """When a finished request was queued, scheduled, and produced its first and last tokens
+        (None when the engine did not say: its stats are off)."""
+        t = self._times.pop(rid, None)
+        if t is None or not all(t[:4]):
+            return None
+        return RequestTimes(t[0], t[1], t[2], t[3], engine=int(t[4]))
 
     async def call_utility(self, method: str, *args: Any, rank: int | None = None) -> Any:
         """Call a utility method on an engine (the first live one unless ``rank``)."""
@@ -518,6 +537,9 @@ class VllmEngine:
                             continue
                         for rid in batch.finished:
                             self._forget(rid)
+                        if msg.engine_index:
+                            batch.decoded.engine = msg.engine_index
+                        self._note_times(msg, batch.finished)
                         output(batch.decoded)
                         for rid, message in batch.errors:
                             output(encode_error_frame(rid, message))
@@ -745,6 +767,29 @@ class VllmEngine:
         else:
             result = out.result
             fut.set_result(result[1] if isinstance(result, list) and len(result) == 2 else result)
+
+    def _note_times(self, msg: wire.EngineCoreOutputs, finished: list[str]) -> None:
+        """Requests' scheduler events (with their first output) and last outputs."""
+        timed = [o for o in msg.outputs if o.events is not None]
+        if not timed and not finished:
+            return
+        at = msg.timestamp or time.monotonic()
+        times = self._times
+        for out in timed:
+            queued, scheduled = wire.event_times(out.events)
+            t = times.get(out.request_id)
+            if t is None:
+                if len(times) >= _MAX_TIMES:
+                    del times[next(iter(times))]
+                t = times[out.request_id] = [0.0, 0.0, 0.0, 0.0, float(msg.engine_index)]
+            t[0] = t[0] or queued
+            t[1] = t[1] or scheduled
+            if out.new_token_ids and not t[2]:
+                t[2] = at
+        for rid in finished:
+            t = times.get(rid)
+            if t is not None:
+                t[3] = at
 
     def _stats(self, msg: wire.EngineCoreOutputs) -> None:
         got = wire.scheduler_stats(msg)

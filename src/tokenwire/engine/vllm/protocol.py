@@ -64,6 +64,7 @@ __all__ = [
     "encode_ready_response",
     "encode_utility",
     "engine_index_in",
+    "event_times",
     "request_ids_in",
     "scheduler_stats",
     "engine_identity",
@@ -374,8 +375,8 @@ _NIL = msgspec.Raw(b"\xc0")
 
 
 class EngineCoreOutput(msgspec.Struct, array_like=True, omit_defaults=True, gc=False):
-    """One request's part of an engine step: the fields tokenwire reads (the later ones, events,
-    prefill stats and whatever newer releases append, are skipped undecoded)."""
+    """One request's part of an engine step: the fields tokenwire reads (the later ones, prefill
+    stats and whatever newer releases append, are skipped undecoded)."""
 
     request_id: str
     new_token_ids: list[int]
@@ -386,6 +387,10 @@ class EngineCoreOutput(msgspec.Struct, array_like=True, omit_defaults=True, gc=F
     pooling_output: Any = None
     finish_reason: int | None = None
     stop_reason: int | str | None = None
+    #: The request's scheduler events since its last output (with stats on): ``EngineCoreEvent``
+    #: maps (``type``: 1 queued, 2 scheduled, 3 preempted; ``timestamp``: the engine's
+    #: monotonic clock), or None.
+    events: Any = None
 
 
 class UtilityOutput(msgspec.Struct, array_like=True, gc=False):
@@ -447,6 +452,31 @@ def scheduler_stats(msg: EngineCoreOutputs) -> tuple[dict[str, Any], float] | No
     if not isinstance(stats, dict):
         return None
     return stats, msg.timestamp
+
+
+#: ``EngineCoreEventType``: QUEUED, SCHEDULED.
+EVENT_QUEUED = 1
+EVENT_SCHEDULED = 2
+
+
+def event_times(events: Any) -> tuple[float, float]:
+    """``(queued, scheduled)`` timestamps from an output's ``events`` (0.0 for one it does not
+    carry; the first SCHEDULED counts, as vLLM ignores the rescheduling after a preemption)."""
+    queued = scheduled = 0.0
+    for event in events if isinstance(events, list) else ():
+        if isinstance(event, dict):
+            kind, at = event.get("type"), event.get("timestamp")
+        elif isinstance(event, list) and len(event) == 2:
+            kind, at = event
+        else:
+            continue
+        if not isinstance(at, (int, float)):
+            continue
+        if kind == EVENT_QUEUED and not queued:
+            queued = float(at)
+        elif kind == EVENT_SCHEDULED and not scheduled:
+            scheduled = float(at)
+    return queued, scheduled
 
 
 def request_ids_in(payload: bytes | memoryview) -> list[str]:

@@ -193,6 +193,11 @@ def vllm_engines(args: argparse.Namespace) -> tuple[str, Any]:
     extra = list(args.vllm_arg)
     if args.max_model_len is not None and "--max-model-len" not in extra:
         extra += ["--max-model-len", str(args.max_model_len)]
+    detailed = getattr(args, "collect_detailed_traces", None)
+    if detailed and "--collect-detailed-traces" not in extra:
+        # vLLM's detailed traces are the engine's own spans: the engines get the endpoint too.
+        extra += ["--otlp-traces-endpoint", args.otlp_traces_endpoint]
+        extra += ["--collect-detailed-traces", ",".join(detailed)]
     launcher = VllmLauncher(
         args.model,
         port=port,

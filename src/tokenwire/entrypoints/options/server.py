@@ -1,16 +1,19 @@
-"""Flags of the server itself: the model it serves (tokenizer, names, context length), where it
-listens, and who may call it (API key, CORS)."""
+"""Flags of the server itself: the model it serves (tokenizer, names, context length), where and
+how it listens (address or Unix socket, TLS, the path prefix of a proxy in front), and who may
+call it (API key, CORS)."""
 
 from __future__ import annotations
 
 import argparse
 import os
+import ssl
+from typing import Any
 
 from tokenwire.entrypoints.options import string_list
 from tokenwire.server.security import SecurityConfig
 from tokenwire.tokenizer import DEFAULT_TOKENIZER_NAME, Tokenizer
 
-__all__ = ["add_arguments", "load_tokenizer", "security_config"]
+__all__ = ["add_arguments", "listen_settings", "listen_url", "load_tokenizer", "security_config"]
 
 
 def add_arguments(serve: argparse.ArgumentParser) -> None:
@@ -52,6 +55,36 @@ def add_arguments(serve: argparse.ArgumentParser) -> None:
         help="also serve /health and /metrics on this port (same host), on a listener of its "
         "own that --max-connections and the request timeouts do not reach (for orchestrators' "
         "probes); default: none",
+    )
+    serve.add_argument(
+        "--uds",
+        default=None,
+        metavar="PATH",
+        help="listen on this Unix domain socket instead of --host and --port",
+    )
+    serve.add_argument(
+        "--root-path",
+        default=None,
+        metavar="PREFIX",
+        help="the path prefix a proxy in front strips (ASGI root_path: requests are served "
+        "relative to it)",
+    )
+    serve.add_argument("--ssl-keyfile", default=None, help="TLS: the private key file (PEM)")
+    serve.add_argument(
+        "--ssl-certfile", default=None, help="TLS: the certificate (chain) file (PEM)"
+    )
+    serve.add_argument(
+        "--ssl-ca-certs",
+        default=None,
+        help="TLS: CA certificates that client certificates are checked against",
+    )
+    serve.add_argument(
+        "--ssl-cert-reqs",
+        type=int,
+        default=int(ssl.CERT_NONE),
+        choices=[int(ssl.CERT_NONE), int(ssl.CERT_OPTIONAL), int(ssl.CERT_REQUIRED)],
+        help="TLS: client certificates: 0 not asked for, 1 checked when given, 2 required "
+        "(the ssl module's CERT_*; default: %(default)s)",
     )
     serve.add_argument(
         "--api-key",
@@ -99,6 +132,51 @@ def load_tokenizer(args: argparse.Namespace) -> tuple[Tokenizer, str]:
     if args.max_model_len is not None:
         tok.max_model_len = args.max_model_len
     return tok, name
+
+
+def listen_settings(args: argparse.Namespace) -> dict[str, Any]:
+    """uvicorn's settings for TLS and the path prefix (checked now: a missing or unreadable
+    file, or a key that does not match its certificate, stops the server with its reason)."""
+    out: dict[str, Any] = {}
+    if args.root_path:
+        out["root_path"] = "/" + args.root_path.strip("/")
+    keyfile, certfile = args.ssl_keyfile, args.ssl_certfile
+    if not keyfile and not certfile:
+        if args.ssl_ca_certs or args.ssl_cert_reqs:
+            raise SystemExit(
+                "tokenwire: --ssl-ca-certs and --ssl-cert-reqs need TLS: give "
+                "--ssl-keyfile and --ssl-certfile"
+            )
+        return out
+    if not certfile:
+        raise SystemExit("tokenwire: --ssl-keyfile needs --ssl-certfile")
+    if args.ssl_cert_reqs and not args.ssl_ca_certs:
+        raise SystemExit(
+            "tokenwire: --ssl-cert-reqs 1 or 2 needs --ssl-ca-certs (the CA that signs the "
+            "clients' certificates)"
+        )
+    try:
+        context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+        context.load_cert_chain(certfile, keyfile)
+        if args.ssl_ca_certs:
+            context.load_verify_locations(args.ssl_ca_certs)
+    except (OSError, ssl.SSLError) as exc:
+        raise SystemExit(f"tokenwire: TLS: {exc}") from None
+    out.update(
+        ssl_keyfile=keyfile,
+        ssl_certfile=certfile,
+        ssl_ca_certs=args.ssl_ca_certs,
+        ssl_cert_reqs=args.ssl_cert_reqs,
+    )
+    return out
+
+
+def listen_url(args: argparse.Namespace) -> str:
+    """Where the server listens, as a client would reach it."""
+    scheme = "https" if args.ssl_certfile else "http"
+    if args.uds:
+        return f"{scheme}+unix:{args.uds}"
+    return f"{scheme}://{args.host}:{args.port}"
 
 
 def security_config(args: argparse.Namespace) -> SecurityConfig:

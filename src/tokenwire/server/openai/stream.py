@@ -172,7 +172,7 @@ class OpenAIStreamer(Streamer):
                 out.append(self.error(item.error))
                 break
             self.open.discard(index)
-            count_finish(self.rt, item)
+            count_finish(self.rt, item, self.tracker)
             self.completion_tokens += item.completion_tokens
             self.cached_tokens += item.cached_tokens
             self.reasoning_tokens += item.reasoning_tokens
