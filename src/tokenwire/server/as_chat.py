@@ -12,6 +12,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from tokenwire.messages.errors import TokenwireError
+from tokenwire.parsers import ToolCall
 from tokenwire.parsers.output import OutputDelta
 from tokenwire.runtime import DEFAULT_FEATURES, Features, Plan
 from tokenwire.server.config import DEFAULT_LIMITS, RequestLimits
@@ -100,6 +101,12 @@ class SplitOutput:
         if self.parsed is None:
             return OutputDelta(content=text)
         return self.parsed.pieces(text, token_ids, final=final)
+
+    def whole(self, text: str, token_ids: Any) -> tuple[str, str, list[ToolCall]]:
+        """A whole output: its reasoning, its text and its calls."""
+        if self.parsed is None:
+            return "", text, []
+        return self.parsed.parts(text, token_ids)
 
     @property
     def called(self) -> bool:

@@ -11,7 +11,10 @@ from tokenwire.runtime import RuntimeConfig
 from tokenwire.server.limits import DEFAULT_BODY_TIMEOUT, DEFAULT_MAX_REQUEST_BYTES
 from tokenwire.server.security import SecurityConfig
 
-__all__ = ["DEFAULT_LIMITS", "RequestLimits", "ServerConfig"]
+__all__ = ["DEFAULT_LIMITS", "DEFAULT_RESPONSES_STORE_SIZE", "RequestLimits", "ServerConfig"]
+
+#: Responses kept for ``previous_response_id`` and ``GET /v1/responses/{id}`` by default.
+DEFAULT_RESPONSES_STORE_SIZE = 1024
 
 
 @dataclass(frozen=True)
@@ -38,3 +41,5 @@ class ServerConfig(RuntimeConfig):
     limits: RequestLimits = dataclasses.field(default_factory=RequestLimits)
     #: One log line per HTTP request (logger ``tokenwire.access``, level INFO).
     access_log: bool = True
+    #: Most responses the Responses API keeps (oldest evicted first; 0: none kept).
+    responses_store_size: int = DEFAULT_RESPONSES_STORE_SIZE
