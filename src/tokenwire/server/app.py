@@ -1,5 +1,5 @@
 """The HTTP server: a plain ASGI app routing each request to its API's handler (``openai``,
-``responses``, ``generate``, ``utility``), behind the security checks, body
+``responses``, ``anthropic``, ``generate``, ``utility``), behind the security checks, body
 limits, the access log and the guard that turns an unplanned failure into a clean error. No
 framework in the streaming path: each chunk is one ``send`` (or a direct write, over
 tokenwire's connection protocol)."""
@@ -14,7 +14,7 @@ from typing import Any
 from tokenwire.engine import Engine
 from tokenwire.messages.errors import TokenwireError
 from tokenwire.runtime import Runtime
-from tokenwire.server import access_log, generate, limits, openai, responses, utility
+from tokenwire.server import access_log, anthropic, generate, limits, openai, responses, utility
 from tokenwire.server.config import ServerConfig
 from tokenwire.server.errors import OPENAI_ERRORS, ErrorDialect, NotFound
 from tokenwire.server.guard import guarded, passing
@@ -53,11 +53,12 @@ class App:
         self._routes: dict[tuple[str, str], Handler] = {
             **openai.ROUTES,
             **responses.ROUTES,
+            **anthropic.ROUTES,
             **generate.ROUTES,
             **utility.ROUTES,
         }
         #: The paths whose errors are not in OpenAI's shape, and their API's.
-        self._dialects: dict[str, ErrorDialect] = {}
+        self._dialects: dict[str, ErrorDialect] = dict(anthropic.DIALECTS)
         self.state.responses = responses.Responses(config.responses_store_size)
         tok = runtime.tokenizer
         #: What the info routes report.
