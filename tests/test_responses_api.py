@@ -10,6 +10,10 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import os
+import socket
+import subprocess
+import sys
 import threading
 
 import httpx
@@ -25,7 +29,7 @@ from tokenwire.server.responses.request import input_messages, read_request
 from tokenwire.server.responses.store import ResponseNotFoundError, ResponseStore
 
 from api_echo import CALL, FEATURES, SCHEMA, TEMPLATE, THINK, sse_events
-from conftest import real_tokenizer
+from conftest import REPO, real_tokenizer
 from served import MODEL, serve, wait_until
 
 EVENTS = TypeAdapter(ResponseStreamEvent)
@@ -586,3 +590,46 @@ def test_langchain_openai_with_the_responses_api(server):
     for c in chunks[1:]:
         merged += c
     assert merged.tool_calls[0]["args"] == {"city": "Paris"}
+
+
+# ---- the flag ---------------------------------------------------------------------------------
+
+
+def test_tokenwire_serve_keeps_as_many_responses_as_its_flag_says():
+    from tokenwire.entrypoints.cli import build_parser
+    from tokenwire.server.config import DEFAULT_RESPONSES_STORE_SIZE
+
+    parser = build_parser()
+    assert parser.parse_args(["serve"]).responses_store_size == DEFAULT_RESPONSES_STORE_SIZE
+    with pytest.raises(SystemExit):
+        parser.parse_args(["serve", "--responses-store-size", "-1"])
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    argv = ["serve", "--port", str(port), "--step-time-ms", "0", "--synthetic-output", "echo"]
+    env = dict(os.environ, PYTHONPATH=str(REPO / "src"))
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "tokenwire", *argv, "--responses-store-size", "1"],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        env=env,
+    )
+    url = f"http://127.0.0.1:{port}"
+
+    def up() -> bool:
+        try:
+            return httpx.get(url + "/health", timeout=2).status_code == 200
+        except httpx.HTTPError:
+            return proc.poll() is not None
+
+    try:
+        assert wait_until(up, 120) and proc.poll() is None
+        first, second = (
+            httpx.post(url + "/v1/responses", json={"input": text}).json()["id"]
+            for text in ("one", "two")
+        )
+        assert httpx.get(f"{url}/v1/responses/{first}").status_code == 404  # evicted
+        assert httpx.get(f"{url}/v1/responses/{second}").json()["output"][0]["type"] == "message"
+    finally:
+        proc.terminate()
+        proc.wait(10)
