@@ -257,6 +257,81 @@ def test_structured_outputs_constrain_the_vllm_engine(tw):
     assert raw["choices"][0]["message"]["content"] in ("red", "green")
 
 
+def test_the_responses_api_over_vllm(tw):
+    from openai.types.responses import ResponseStreamEvent
+    from pydantic import TypeAdapter
+
+    events = TypeAdapter(ResponseStreamEvent)
+    whole = tw.client.responses.create(
+        model=NAME, input="Hello", max_output_tokens=8, temperature=0
+    )
+    assert whole.status in ("completed", "incomplete") and 0 < whole.usage.output_tokens <= 8
+    stream = tw.client.responses.create(
+        model=NAME, input="Hello", max_output_tokens=8, temperature=0, stream=True
+    )
+    got = list(stream)
+    for e in got:
+        events.validate_python(e.model_dump(exclude_none=True))
+    assert [e.sequence_number for e in got] == list(range(len(got)))
+    final = got[-1].response
+    assert final.output_text == whole.output_text  # greedy: the same text, streamed or not
+    assert final.usage.output_tokens == whole.usage.output_tokens
+    # The engine constrains decoding: text.format's schema holds (or, cut short by whitespace
+    # the JSON grammar allows, what came is its start).
+    picked = tw.client.responses.create(
+        model=NAME,
+        input="Pick a color",
+        max_output_tokens=20,
+        temperature=0,
+        text={"format": {"type": "json_schema", "name": "c", "schema": {"enum": ["red", "green"]}}},
+    )
+    if picked.status == "completed":
+        assert json.loads(picked.output_text) in ("red", "green")
+    else:
+        compact = "".join(picked.output_text.split())
+        assert any(f'"{c}"'.startswith(compact) for c in ("red", "green")), compact
+    assert tw.client.responses.retrieve(picked.id).output_text == picked.output_text
+
+
+def test_the_messages_api_over_vllm(tw):
+    import anthropic
+
+    client = anthropic.Anthropic(base_url=tw.url, api_key="none", max_retries=0)
+    user = [{"role": "user", "content": "Hello"}]
+    greedy = {"temperature": 0}  # (a field this client version no longer names)
+    whole = client.messages.create(model=NAME, max_tokens=8, messages=user, extra_body=greedy)
+    assert whole.stop_reason in ("max_tokens", "end_turn") and whole.usage.output_tokens <= 8
+    with client.messages.stream(model=NAME, max_tokens=8, messages=user, extra_body=greedy) as s:
+        text = "".join(s.text_stream)
+        final = s.get_final_message()
+    assert text == final.content[0].text == whole.content[0].text
+    counted = client.messages.count_tokens(model=NAME, messages=user)
+    assert counted.input_tokens == whole.usage.input_tokens
+    # A forced tool: the engine constrains the input to its schema. (Random weights may pad it
+    # with whitespace the JSON grammar allows past max_tokens: then what came is its start.)
+    schema = {
+        "type": "object",
+        "properties": {"color": {"enum": ["red", "green"]}},
+        "required": ["color"],
+        "additionalProperties": False,
+    }
+    forced = client.messages.create(
+        model=NAME,
+        max_tokens=30,
+        messages=[{"role": "user", "content": "Pick a color"}],
+        tools=[{"name": "pick", "input_schema": schema}],
+        tool_choice={"type": "tool", "name": "pick"},
+    )
+    (block,) = forced.content
+    if forced.stop_reason == "tool_use":
+        assert block.type == "tool_use" and block.name == "pick"
+        assert block.input["color"] in ("red", "green")
+    else:
+        assert forced.stop_reason == "max_tokens" and block.type == "text"
+        compact = "".join(block.text.split())
+        assert any(f'{{"color":"{c}"}}'.startswith(compact) for c in ("red", "green")), compact
+
+
 def test_engine_killed_mid_stream_gives_clean_errors_then_503(tw):
     got: dict = {}
     started = threading.Event()
