@@ -22,15 +22,16 @@ import pytest
 from openai.types.responses import Response, ResponseStreamEvent
 from pydantic import TypeAdapter
 
-from tokenwire.engine.synthetic import SyntheticConfig
+from tokenwire.engine.synthetic import SyntheticConfig, SyntheticEngine
 from tokenwire.messages.errors import ValidationError
 from tokenwire.runtime import Features
+from tokenwire.server import ServerConfig, create_app
 from tokenwire.server.responses.request import input_messages, read_request
 from tokenwire.server.responses.store import ResponseNotFoundError, ResponseStore
 
 from api_echo import CALL, FEATURES, SCHEMA, TEMPLATE, THINK, sse_events
 from conftest import REPO, real_tokenizer
-from served import MODEL, serve, wait_until
+from served import MODEL, run_tokenwire, serve, wait_until
 
 EVENTS = TypeAdapter(ResponseStreamEvent)
 TOOL = {"type": "function", "name": "get_weather", "parameters": SCHEMA}
@@ -633,3 +634,22 @@ def test_tokenwire_serve_keeps_as_many_responses_as_its_flag_says():
     finally:
         proc.terminate()
         proc.wait(10)
+
+
+# ---- the README ---------------------------------------------------------------------------------
+
+
+def test_the_readmes_examples_of_both_apis_run(capsys):
+    readme = (REPO / "README.md").read_text(encoding="utf-8")
+    blocks = [b.split("```", 1)[0] for b in readme.split("```python\n")[1:]]
+    examples = [b for b in blocks if "responses.create" in b or "messages.create" in b]
+    assert len(examples) == 2
+    tok = real_tokenizer("default")
+    engine = SyntheticEngine(tok, SyntheticConfig())  # (the replay engine, as served by default)
+    app = create_app(tok, engine, ServerConfig(model_name="Qwen/Qwen3-0.6B"))
+    with run_tokenwire(app) as url:
+        for code in examples:
+            exec(compile(code.replace("http://127.0.0.1:8000", url), "README", "exec"), {})
+            printed = capsys.readouterr().out
+            assert printed.split()[0] in ("completed", "incomplete", "end_turn", "max_tokens")
+            assert len(printed.split()) > 10  # the answer, then the streamed one
