@@ -34,6 +34,7 @@ from conftest import REPO, real_tokenizer
 from served import MODEL, run_tokenwire, serve, wait_until
 
 EVENTS = TypeAdapter(ResponseStreamEvent)
+DEEP = "[" * 5000 + "]" * 5000
 TOOL = {"type": "function", "name": "get_weather", "parameters": SCHEMA}
 
 
@@ -96,7 +97,7 @@ def test_input_items_become_the_chat_messages_they_amount_to():
             "content": [{"type": "output_text", "text": "b", "annotations": []}],
         },
         {"type": "function_call", "call_id": "c1", "name": "f", "arguments": '{"x": 1}'},
-        {"type": "function_call", "call_id": "c2", "name": "g", "arguments": "{}"},
+        {"type": "function_call", "call_id": "c2", "name": "g", "arguments": "not json"},
         {"type": "function_call_output", "call_id": "c1", "output": "one"},
         {
             "type": "function_call_output",
@@ -113,7 +114,8 @@ def test_input_items_become_the_chat_messages_they_amount_to():
             "role": "assistant",
             "content": "b",
             "reasoning_content": "think",
-            "tool_calls": [call("c1", "f", '{"x": 1}'), call("c2", "g", "{}")],
+            # (arguments as the template gets them: an object, or the text as sent)
+            "tool_calls": [call("c1", "f", {"x": 1}), call("c2", "g", "not json")],
         },
         {"role": "tool", "tool_call_id": "c1", "content": "one"},
         {"role": "tool", "tool_call_id": "c2", "content": "two"},
@@ -187,6 +189,17 @@ def test_a_request_translates_to_the_chat_request():
             "input[0].call_id",
         ),
         ({"input": [{"type": "function_call_output", "call_id": "c"}]}, "input", "input[0].output"),
+        (
+            {
+                "instructions": "Be brief.",
+                "input": [
+                    {"role": "user", "content": "x"},
+                    {"type": "function_call", "call_id": "c", "name": "f", "arguments": DEEP},
+                ],
+            },
+            "input",
+            "input[1].arguments nests too deeply",
+        ),
         ({"input": [{"type": "item_reference", "id": "x"}]}, "input", "input[0].type"),
         ({"input": [{"type": "reasoning", "summary": "x"}]}, "input", "input[0].summary"),
         ({"input": "x", "tools": [{"type": "web_search"}]}, "tools", "tools[0].type"),

@@ -10,6 +10,7 @@ I/O."""
 
 from __future__ import annotations
 
+import json
 import uuid
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -183,6 +184,19 @@ def _reasoning_text(item: Mapping[str, Any], where: str, param: str) -> str:
     return ""
 
 
+def _arguments(value: Any, where: str, param: str) -> Any:
+    """A call's ``arguments`` (JSON text) as the chat template gets them: an object when they are
+    one, else the text as sent."""
+    text = _string(value, where, param)
+    try:
+        parsed = json.loads(text) if text else {}
+    except ValueError:
+        return text
+    except RecursionError:
+        raise ValidationError(f"{where} nests too deeply", param=param) from None
+    return parsed if isinstance(parsed, dict) else text
+
+
 def input_messages(items: Any, where: str = "input") -> list[dict[str, Any]]:
     """Responses input items as chat messages: messages as they are (text parts joined), a
     ``function_call`` as a tool call of the assistant message it follows (or of a new one),
@@ -223,7 +237,7 @@ def input_messages(items: Any, where: str = "input") -> list[dict[str, Any]]:
         elif kind == "function_call":
             call_id = _string(item.get("call_id"), f"{at}.call_id", where)
             name = _string(item.get("name"), f"{at}.name", where)
-            arguments = _string(item.get("arguments"), f"{at}.arguments", where)
+            arguments = _arguments(item.get("arguments"), f"{at}.arguments", where)
             function = {"name": name, "arguments": arguments}
             call = {"id": call_id, "type": "function", "function": function}
             if joinable and reasoning is None:
