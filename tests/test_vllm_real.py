@@ -291,6 +291,68 @@ def test_the_responses_api_over_vllm(tw):
         compact = "".join(picked.output_text.split())
         assert any(f'"{c}"'.startswith(compact) for c in ("red", "green")), compact
     assert tw.client.responses.retrieve(picked.id).output_text == picked.output_text
+    tw.client.responses.delete(picked.id)
+    with pytest.raises(openai.NotFoundError):
+        tw.client.responses.retrieve(picked.id)
+    with tw.client.responses.stream(
+        model=NAME, input="Hello", max_output_tokens=8, temperature=0
+    ) as stream:
+        kinds = [e.type for e in stream]
+    assert kinds[0] == "response.created"
+    assert kinds[-1] in ("response.completed", "response.incomplete")
+    # A function tool's result sent back, by resending the items and by previous_response_id,
+    # rendered by the model's own template.
+    tool = {"type": "function", "name": "get_weather", "parameters": {"type": "object"}}
+    call = {
+        "type": "function_call",
+        "call_id": "call_1",
+        "name": "get_weather",
+        "arguments": '{"city": "Paris"}',
+    }
+    result = {"type": "function_call_output", "call_id": "call_1", "output": "Sunny"}
+    asked = {"role": "user", "content": "Weather in Paris?"}
+    greedy = {"model": NAME, "tools": [tool], "max_output_tokens": 8, "temperature": 0}
+    resent = tw.client.responses.create(input=[asked, call, result], **greedy)
+    first = tw.client.responses.create(input=[asked, call], **greedy)
+    second = tw.client.responses.create(input=[result], previous_response_id=first.id, **greedy)
+    for r in (resent, first, second):
+        assert r.status in ("completed", "incomplete") and r.output_text
+    assert second.usage.input_tokens > resent.usage.input_tokens  # (first's output in between)
+
+
+def test_agent_frameworks_over_vllm(tw):
+    import agents
+    from langchain_openai import ChatOpenAI
+
+    agents.set_tracing_disabled(True)  # (tracing would export to OpenAI's servers)
+    # An agent takes only a completed response: the random model's greedy answer, ended by a
+    # stop string from its own middle.
+    probe = tw.client.responses.create(
+        model=NAME, instructions="Answer.", input="Hello", max_output_tokens=6, temperature=0
+    )
+    text = probe.output_text
+    stop = text[len(text) // 2 :]
+    client = openai.AsyncOpenAI(base_url=tw.url + "/v1", api_key="none", max_retries=0)
+    agent = agents.Agent(
+        name="a",
+        instructions="Answer.",
+        model=agents.OpenAIResponsesModel(model=NAME, openai_client=client),
+        model_settings=agents.ModelSettings(
+            temperature=0, max_tokens=6, extra_body={"stop": [stop]}
+        ),
+    )
+    result = agents.Runner.run_sync(agent, "Hello")
+    assert result.final_output == text[: text.find(stop)]
+    chat = ChatOpenAI(
+        model=NAME,
+        base_url=tw.url + "/v1",
+        api_key="none",
+        use_responses_api=True,
+        temperature=0,
+        max_tokens=8,
+    )
+    whole = chat.invoke("Hello").text
+    assert whole and "".join(c.text for c in chat.stream("Hello")) == whole
 
 
 def test_the_messages_api_over_vllm(tw):
@@ -307,6 +369,25 @@ def test_the_messages_api_over_vllm(tw):
     assert text == final.content[0].text == whole.content[0].text
     counted = client.messages.count_tokens(model=NAME, messages=user)
     assert counted.input_tokens == whole.usage.input_tokens
+    # A tool's result sent back, rendered by the model's own template.
+    tool = {"name": "get_weather", "input_schema": {"type": "object"}}
+    history = [
+        {"role": "user", "content": "Weather in Paris?"},
+        {
+            "role": "assistant",
+            "content": [
+                {"type": "tool_use", "id": "t1", "name": "get_weather", "input": {"city": "Paris"}}
+            ],
+        },
+        {
+            "role": "user",
+            "content": [{"type": "tool_result", "tool_use_id": "t1", "content": "Sunny"}],
+        },
+    ]
+    after = client.messages.create(
+        model=NAME, max_tokens=8, tools=[tool], messages=history, extra_body=greedy
+    )
+    assert after.content[0].type == "text" and after.usage.input_tokens > whole.usage.input_tokens
     # A forced tool: the engine constrains the input to its schema. (Random weights may pad it
     # with whitespace the JSON grammar allows past max_tokens: then what came is its start.)
     schema = {
