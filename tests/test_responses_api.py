@@ -471,6 +471,28 @@ def test_an_engine_failure_mid_stream_is_response_failed():
         assert kept["status"] == "failed"
 
 
+def test_a_background_response_that_fails_is_kept_failed(monkeypatch):
+    with serve(SyntheticConfig(output="echo", step_time=0.01), features=FEATURES) as s:
+        client = openai.OpenAI(base_url=s.url + "/v1", api_key="none", max_retries=0)
+        r = client.responses.create(model=MODEL, input="word " * 500, background=True)
+        assert wait_until(lambda: s.engine.running == 1)
+        s.engine.inject("malformed")
+        assert wait_until(lambda: client.responses.retrieve(r.id).status == "failed")
+        failed = client.responses.retrieve(r.id)
+        assert failed.error.code == "server_error" and "malformed" in failed.error.message
+        # A bug while shaping it: failed too, with nothing of the bug told.
+        from tokenwire.server.responses import routes
+
+        def broken(*args, **kwargs):
+            raise RuntimeError("a bug in response shaping")
+
+        monkeypatch.setattr(routes, "output_items", broken)
+        r = client.responses.create(model=MODEL, input="short", background=True)
+        assert wait_until(lambda: client.responses.retrieve(r.id).status == "failed")
+        assert "bug" not in client.responses.retrieve(r.id).error.message
+        assert wait_until(lambda: len(s.runtime.shard) == 0)
+
+
 def test_a_client_gone_mid_stream_leaves_its_kept_response_cancelled():
     with serve(SyntheticConfig(output="echo", step_time=0.01), features=FEATURES) as s:
         body = {"model": MODEL, "input": "word " * 500, "stream": True}

@@ -10,11 +10,9 @@ from typing import Any
 
 import msgspec
 
-from tokenwire.messages.errors import TokenwireError
 from tokenwire.messages.finish_reason import FinishReason
 from tokenwire.parsers import ToolCall
 from tokenwire.parsers.output import OutputDelta
-from tokenwire.server.errors import MAX_ERROR_MESSAGE
 from tokenwire.server.responses.request import ResponsesRequest
 
 __all__ = [
@@ -58,14 +56,10 @@ def usage(
     }
 
 
-def error_object(err: TokenwireError) -> dict[str, Any]:
-    """A failed response's ``error``: its code (``rate_limit_exceeded`` or ``server_error``)
-    and message."""
-    message = err.detail if err.status < 500 else str(err)
-    if len(message) > MAX_ERROR_MESSAGE:
-        message = message[: MAX_ERROR_MESSAGE - 3] + "..."
-    code = "rate_limit_exceeded" if err.status == 429 else "server_error"
-    return {"code": code, "message": message}
+def error_object(status: int, message: str) -> dict[str, Any]:
+    """A failed response's ``error``: its code for the error's HTTP status
+    (``rate_limit_exceeded`` or ``server_error``) and its message."""
+    return {"code": "rate_limit_exceeded" if status == 429 else "server_error", "message": message}
 
 
 def response_object(

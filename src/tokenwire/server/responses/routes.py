@@ -11,11 +11,17 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import parse_qs
 
 from tokenwire.messages.egress import Error, Frame
-from tokenwire.messages.errors import ClientDisconnected, TokenwireError, ValidationError
+from tokenwire.messages.errors import (
+    ClientDisconnected,
+    InternalError,
+    TokenwireError,
+    ValidationError,
+)
 from tokenwire.runtime import Plan, Runtime
 from tokenwire.server import limits
 from tokenwire.server.as_chat import SplitOutput, parse_as_chat
-from tokenwire.server.errors import NotFound
+from tokenwire.server.errors import NotFound, error_body
+from tokenwire.server.guard import GENERIC_ERROR
 from tokenwire.server.http import encode, respond, send_error
 from tokenwire.server.responses.output import (
     ResponseEvents,
@@ -72,6 +78,11 @@ def _usage(plan: Plan, done: Any, output: SplitOutput) -> dict[str, Any]:
     )
 
 
+def _error(err: TokenwireError) -> dict[str, Any]:
+    """A failed response's ``error`` for ``err`` (its message as an error response gives it)."""
+    return error_object(err.status, error_body(err)["error"]["message"])
+
+
 def _keep(
     state: Responses, req: ResponsesRequest, response: dict[str, Any], items: list[dict[str, Any]]
 ) -> None:
@@ -122,8 +133,8 @@ class ResponsesStreamer(Streamer):
         self.open.clear()
         self.failed = err
         self.rt.metrics.request_errors.labels(err.error_type).inc()
-        data = self.events.finish("failed", error=error_object(err))
-        self._end("failed", error=error_object(err))
+        data = self.events.finish("failed", error=_error(err))
+        self._end("failed", error=_error(err))
         return data
 
     def _end(self, status: str, **fields: Any) -> None:
@@ -140,14 +151,18 @@ class ResponsesStreamer(Streamer):
 async def _collect(
     rt: Runtime, plan: Plan, subs: Subs, req: ResponsesRequest, state: Responses
 ) -> tuple[int, Any]:
-    """The whole response (kept, when stored)."""
+    """The whole response (kept, when stored); an error ends it ``failed``."""
     got = await gather(rt, subs)
     if not isinstance(got, Gathered):
         status, body = got
-        failed = {"code": "server_error", "message": body["error"]["message"]}
-        ended = response_object(req, plan.model, plan.created, status="failed", error=failed)
-        _keep(state, req, ended, [])
-        return status, body
+        error = error_object(status, body["error"]["message"])
+        _keep(
+            state,
+            req,
+            response_object(req, plan.model, plan.created, status="failed", error=error),
+            [],
+        )
+        return got
     done = got.finals[0]
     output = SplitOutput(plan, rt.tokenizer)
     reasoning, content, calls = output.whole("".join(got.texts[0]), got.ids[0])
@@ -172,10 +187,19 @@ async def _background(
     """A background response, run to its end with nobody waiting on it."""
     try:
         await _collect(rt, plan, subs, req, state)
-    except BaseException:
+    except BaseException as exc:
         for rid, _, sink in subs:
             rt.abort(rid, sink)
-        raise
+        if not isinstance(exc, Exception):
+            raise
+        log.exception("background response %s failed", req.id)
+        error = _error(InternalError(GENERIC_ERROR))
+        _keep(
+            state,
+            req,
+            response_object(req, plan.model, plan.created, status="failed", error=error),
+            [],
+        )
     finally:
         state.tasks.pop(req.id, None)
         rt.finished()
