@@ -457,3 +457,33 @@ def test_metrics_per_route_and_the_access_log(server, caplog):
     metrics = httpx.get(server.url + "/metrics").text
     assert 'tokenwire_requests_total{route="messages",status="200"}' in metrics
     assert 'tokenwire_requests_total{route="messages_count_tokens",status="200"}' in metrics
+
+
+async def test_refusals_before_the_handler_are_anthropics_too():
+    from tokenwire.engine.synthetic import SyntheticEngine
+    from tokenwire.server import ServerConfig, create_app
+
+    from asgi_client import call
+
+    tok = real_tokenizer("default")
+    app = create_app(
+        tok, SyntheticEngine(tok, SyntheticConfig()), ServerConfig(max_request_bytes=64)
+    )
+    await app.runtime.start()
+    try:
+        big = json.dumps({"max_tokens": 5, "messages": [{"role": "user", "content": "x" * 100}]})
+        for headers, status in (
+            ([(b"content-type", b"application/json")], 413),
+            ([(b"content-type", b"text/plain")], 415),
+        ):
+            resp = await call(app, "POST", "/v1/messages", big.encode(), headers)
+            assert resp.status == status
+            body = resp.json()
+            assert body["type"] == "error" and body["error"]["type"] == error_type(status)
+            if status != 413:  # (request_too_large: Anthropic's word, its client's types lack it)
+                ERRORS.validate_python(body)
+        # OpenAI's routes keep OpenAI's shape.
+        resp = await call(app, "POST", "/v1/responses", big.encode())
+        assert resp.status == 413 and resp.error()["code"] == 413
+    finally:
+        await app.runtime.close()
