@@ -687,4 +687,5 @@ def test_the_readmes_examples_of_both_apis_run(capsys):
             exec(compile(code.replace("http://127.0.0.1:8000", url), "README", "exec"), {})
             printed = capsys.readouterr().out
             assert printed.split()[0] in ("completed", "incomplete", "end_turn", "max_tokens")
-            assert len(printed.split()) > 10  # the answer, then the streamed one
+            # the answer, then the streamed one (passages in a dozen languages: count characters)
+            assert len(printed) > 40

@@ -89,6 +89,14 @@ def _event(kind: str, data: dict[str, Any]) -> bytes:
     return b"event: " + kind.encode() + b"\ndata: " + _json.encode({"type": kind, **data}) + b"\n\n"
 
 
+#: Per block type: its deltas' type, and the key their piece is under.
+_DELTAS = {
+    "thinking": (b"thinking_delta", b"thinking"),
+    "text": (b"text_delta", b"text"),
+    "tool_use": (b"input_json_delta", b"partial_json"),
+}
+
+
 class MessageEvents:
     """The events of one streamed message, as server-sent-event bytes: each piece of thinking,
     text or tool call opens, extends or closes a content block. Text that is only whitespace
@@ -101,6 +109,7 @@ class MessageEvents:
         self.blocks = 0  # blocks started
         self._kind: str | None = None  # the open block's type
         self._call: int | None = None  # the open tool_use block's call index
+        self._head = b""  # the open block's delta events' fixed part, serialized once
         self._blank = ""
 
     def start(self) -> bytes:
@@ -114,22 +123,21 @@ class MessageEvents:
         """The events of one piece of output."""
         out = []
         if d.reasoning:
-            out.append(self._delta("thinking", {"type": "thinking_delta", "thinking": d.reasoning}))
+            out.append(self._delta("thinking", d.reasoning))
         if d.content:
             text = self._blank + d.content
             if self._kind != "text" and not text.strip():
                 self._blank = text
             else:
                 self._blank = ""
-                out.append(self._delta("text", {"type": "text_delta", "text": text}))
+                out.append(self._delta("text", text))
         for call in d.tool_calls:
             if call.id is not None:
                 out.append(self._stop())
                 out.append(self._begin("tool_use", call.id, call.name or ""))
                 self._call = call.index
             if call.arguments and self._kind == "tool_use" and self._call == call.index:
-                delta = {"type": "input_json_delta", "partial_json": call.arguments}
-                out.append(self._event_delta(delta))
+                out.append(self._piece(call.arguments))
         return b"".join(out)
 
     def finish(self, stop: tuple[str | None, str | None], output_tokens: int, cached: int) -> bytes:
@@ -139,7 +147,7 @@ class MessageEvents:
         if self.blocks == 0:
             out.append(self._begin("text"))
             if self._blank:
-                out.append(self._event_delta({"type": "text_delta", "text": self._blank}))
+                out.append(self._piece(self._blank))
         self._blank = ""
         out.append(self._stop())
         delta = {"stop_reason": stop[0], "stop_sequence": stop[1]}
@@ -150,14 +158,15 @@ class MessageEvents:
 
     # ---- blocks --------------------------------------------------------------------------------
 
-    def _delta(self, kind: str, delta: dict[str, Any]) -> bytes:
+    def _delta(self, kind: str, piece: str) -> bytes:
         out = b""
         if self._kind != kind:
             out = self._stop() + self._begin(kind)
-        return out + self._event_delta(delta)
+        return out + self._piece(piece)
 
-    def _event_delta(self, delta: dict[str, Any]) -> bytes:
-        return _event("content_block_delta", {"index": self.blocks - 1, "delta": delta})
+    def _piece(self, piece: str) -> bytes:
+        """A ``content_block_delta`` of the open block (its fixed part serialized once)."""
+        return self._head + _json.encode(piece) + b"}}\n\n"
 
     def _begin(self, kind: str, call_id: str = "", name: str = "") -> bytes:
         if kind == "thinking":
@@ -168,6 +177,17 @@ class MessageEvents:
             block = {"type": "tool_use", "id": call_id, "name": name, "input": {}}
         self._kind = kind
         self.blocks += 1
+        delta, key = _DELTAS[kind]
+        index = str(self.blocks - 1).encode()
+        self._head = (
+            b'event: content_block_delta\ndata: {"type":"content_block_delta","index":'
+            + index
+            + b',"delta":{"type":"'
+            + delta
+            + b'","'
+            + key
+            + b'":'
+        )
         return _event("content_block_start", {"index": self.blocks - 1, "content_block": block})
 
     def _stop(self) -> bytes:

@@ -141,15 +141,21 @@ def output_items(
 class _Open:
     """The output item being streamed."""
 
-    __slots__ = ("call", "id", "index", "kind", "name", "text")
+    __slots__ = ("call", "head", "id", "index", "kind", "name", "pieces")
 
     def __init__(self, kind: str, index: int, item_id: str) -> None:
         self.kind = kind  # "message" | "reasoning" | "function_call"
         self.index = index  # its output_index
         self.id = item_id
-        self.text = ""  # its text, or a call's arguments
+        self.pieces: list[str] = []  # its text, or a call's arguments, as streamed
         self.call: tuple[int, str] | None = None  # a call's (parser index, call id)
         self.name = ""
+        #: Its delta events' fixed part, serialized once.
+        self.head: bytes | None = None
+
+    @property
+    def text(self) -> str:
+        return "".join(self.pieces)
 
 
 class ResponseEvents:
@@ -258,23 +264,23 @@ class ResponseEvents:
     def _delta(self, text: str) -> bytes:
         item = self._open
         assert item is not None
-        item.text += text
+        item.pieces.append(text)
         if item.kind == "message":
-            return self.event(
-                "response.output_text.delta",
-                item_id=item.id,
-                output_index=item.index,
-                content_index=0,
-                delta=text,
-                logprobs=[],
-            )
-        return self.event(
-            "response.reasoning_text.delta",
-            item_id=item.id,
-            output_index=item.index,
-            content_index=0,
-            delta=text,
-        )
+            return self._piece(item, "response.output_text.delta", text, logprobs=[])
+        return self._piece(item, "response.reasoning_text.delta", text)
+
+    def _piece(self, item: _Open, kind: str, piece: str, **fixed: Any) -> bytes:
+        """A delta event of ``item`` (a streamed token's cost: its fixed fields are serialized
+        once, only the sequence number and the piece each time)."""
+        if item.head is None:
+            fields = {"type": kind, "item_id": item.id, "output_index": item.index, **fixed}
+            if item.kind != "function_call":
+                fields["content_index"] = 0
+            head = _json.encode(fields)[:-1] + b',"sequence_number":'
+            item.head = b"event: " + kind.encode() + b"\ndata: " + head
+        data = item.head + str(self.seq).encode() + b',"delta":' + _json.encode(piece) + b"}\n\n"
+        self.seq += 1
+        return data
 
     def _open_call(self, index: int, call_id: str, name: str) -> bytes:
         out = self._close("completed")
@@ -292,13 +298,8 @@ class ResponseEvents:
             # (the parsers stream one call after another: a call's arguments never follow the
             # next call's start)
             return b""
-        item.text += piece
-        return self.event(
-            "response.function_call_arguments.delta",
-            item_id=item.id,
-            output_index=item.index,
-            delta=piece,
-        )
+        item.pieces.append(piece)
+        return self._piece(item, "response.function_call_arguments.delta", piece)
 
     def _close(self, status: str) -> bytes:
         """Close the open item (``status``: ``completed``, or ``incomplete`` when the response
@@ -307,21 +308,22 @@ class ResponseEvents:
         if item is None:
             return b""
         at = {"item_id": item.id, "output_index": item.index}
+        text = item.text
         if item.kind == "function_call":
             assert item.call is not None
-            whole = _call(item.call[1], item.name, item.text, status, item.id)
-            done = self.event("response.function_call_arguments.done", **at, arguments=item.text)
+            whole = _call(item.call[1], item.name, text, status, item.id)
+            done = self.event("response.function_call_arguments.done", **at, arguments=text)
         elif item.kind == "message":
-            whole = _message(item.text, status, item.id)
+            whole = _message(text, status, item.id)
             part = whole["content"][0]
             done = self.event(
-                "response.output_text.done", **at, content_index=0, text=item.text, logprobs=[]
+                "response.output_text.done", **at, content_index=0, text=text, logprobs=[]
             ) + self.event("response.content_part.done", **at, content_index=0, part=part)
         else:
-            whole = _reasoning(item.text, status, item.id)
+            whole = _reasoning(text, status, item.id)
             part = whole["content"][0]
             done = self.event(
-                "response.reasoning_text.done", **at, content_index=0, text=item.text
+                "response.reasoning_text.done", **at, content_index=0, text=text
             ) + self.event("response.content_part.done", **at, content_index=0, part=part)
         self.items.append(whole)
         return done + self.event("response.output_item.done", output_index=item.index, item=whole)
