@@ -169,6 +169,7 @@ def test_a_request_translates_to_the_chat_request():
     }
     assert not req.store and req.history == [{"role": "user", "content": "Hi"}]
     assert req.echo["text"] == body["text"] and req.echo["metadata"] == {"k": "v"}
+    assert req.echo_chars == len(json.dumps(req.echo, separators=(",", ":"), ensure_ascii=False))
 
 
 @pytest.mark.parametrize(
@@ -249,6 +250,12 @@ def test_the_store_keeps_the_newest_and_bounds_the_text():
     assert "r1" not in store
     store.delete("r2")
     assert len(store) == 0
+    # What a response gives back of its request counts too (a request's tools, instructions...).
+    store.start("big", {"id": "big", "status": "in_progress"}, None, request_chars=60)
+    store.start("bigger", {"id": "bigger", "status": "in_progress"}, None, request_chars=60)
+    assert "big" not in store and "bigger" in store
+    store.finish("bigger", {"id": "bigger"}, [{"role": "user", "content": "z" * 50}], 0)
+    assert "bigger" not in store  # 60 + 50 is past the budget
     with pytest.raises(ResponseNotFoundError):
         store.delete("r2")
     assert len(ResponseStore(0)) == 0

@@ -16,6 +16,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+import msgspec
+
 from tokenwire.messages.errors import ValidationError
 from tokenwire.server.as_chat import Renames
 from tokenwire.server.fields import is_int, warn_unknown_fields
@@ -123,6 +125,8 @@ class ResponsesRequest:
     previous_response_id: str | None = None
     #: The request's fields the response object echoes (``instructions``, ``tools``...).
     echo: dict[str, Any] = field(default_factory=dict)
+    #: How large ``echo`` is, in characters of JSON (what keeping the response costs).
+    echo_chars: int = 0
     id: str = field(default_factory=lambda: "resp_" + uuid.uuid4().hex)
 
 
@@ -461,6 +465,7 @@ def read_request(body: Any, history_of: Callable[[str], list[dict[str, Any]]]) -
     return ResponsesRequest(
         chat,
         history,
+        echo_chars=len(msgspec.json.encode(echo)),
         carried=len(before),
         stream=stream,
         store=store,

@@ -250,7 +250,7 @@ async def create(app: App, receive: Any, send: Any) -> None:
     running = response_object(req, plan.model, plan.created, status="in_progress")
     if req.store:
         cancel = (lambda: rt.abort_requests(plan.id)) if req.background else None
-        state.store.start(req.id, running, cancel)
+        state.store.start(req.id, running, cancel, req.echo_chars)
     if req.background:
         state.tasks[req.id] = asyncio.ensure_future(_background(rt, plan, subs, req, state))
         rt.metrics.requests.labels(ROUTE, "200").inc()

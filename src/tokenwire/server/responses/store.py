@@ -1,6 +1,7 @@
 """The responses a server keeps (``store``, the default): what ``GET /v1/responses/{id}`` returns
 and what ``previous_response_id`` continues. Bounded: at most ``size`` responses, and at most
-``max_chars`` characters of conversation text in all; past either, the oldest go first. A
+``max_chars`` characters in all (each response's conversation text, and what its object gives
+back of its request: instructions, tools...); past either, the oldest go first. A
 response is kept from its start (``in_progress``) and updated when it ends. Plain synchronous
 object, one per server process."""
 
@@ -37,8 +38,10 @@ class Stored:
     history: list[dict[str, Any]] | None = None
     #: Ends the response while it runs (background responses only).
     cancel: Callable[[], Any] | None = None
-    #: Characters of conversation text this entry adds to the store.
+    #: Characters this entry adds to the store.
     chars: int = 0
+    #: Of them, its request's (the response object gives them back).
+    request_chars: int = 0
 
     @property
     def running(self) -> bool:
@@ -97,11 +100,19 @@ class ResponseStore:
             )
         return entry.history
 
-    def start(self, rid: str, response: dict[str, Any], cancel: Callable[[], Any] | None) -> None:
-        """Keep response ``rid`` from its start."""
+    def start(
+        self,
+        rid: str,
+        response: dict[str, Any],
+        cancel: Callable[[], Any] | None,
+        request_chars: int = 0,
+    ) -> None:
+        """Keep response ``rid`` from its start (its object giving back ``request_chars``
+        characters of its request)."""
         if self.size == 0:
             return
-        self._put(rid, Stored(response, cancel=cancel))
+        entry = Stored(response, cancel=cancel, chars=request_chars, request_chars=request_chars)
+        self._put(rid, entry)
 
     def finish(
         self, rid: str, response: dict[str, Any], history: list[dict[str, Any]], carried: int
@@ -115,7 +126,7 @@ class ResponseStore:
         entry.response = response
         entry.history = history
         entry.cancel = None
-        added = _chars(history[carried:])
+        added = entry.request_chars + _chars(history[carried:])
         self._chars += added - entry.chars
         entry.chars = added
         self._evict()
