@@ -1,8 +1,9 @@
 """What real clients send, replayed: every request body in ``tests/clients/`` (captured from the
-openai, langchain-openai and litellm packages, reconstructed from the source of guidellm, aiperf,
-SGLang's bench_serving, vLLM's benchmark and lm-eval) goes to a live server over the echo engine,
-and the answer must be exactly the echo of the prompt the server rendered: the text, the finish,
-the usage, in the client's own streaming or non-streaming shape."""
+openai, langchain-openai, litellm, anthropic and openai-agents packages, reconstructed from the
+source of guidellm, aiperf, SGLang's bench_serving, vLLM's benchmark and lm-eval) goes to a live
+server over the echo engine, and the answer must be exactly the echo of the prompt the server
+rendered: the text, the finish, the usage, in the client's own streaming or non-streaming shape
+(the Responses API's and the Messages API's included)."""
 
 from __future__ import annotations
 
@@ -18,7 +19,10 @@ import pytest
 from tokenwire.engine.synthetic import SyntheticConfig, SyntheticEngine
 from tokenwire.runtime import Features
 from tokenwire.server import ServerConfig, create_app
+from tokenwire.server.anthropic.request import read_count_tokens, read_messages
+from tokenwire.server.responses.request import read_request
 
+from api_echo import sse_events
 from conftest import real_tokenizer
 from served import run_tokenwire
 
@@ -62,6 +66,8 @@ def test_the_corpus_covers_every_client():
         "sglang-bench-serving",
         "vllm-bench",
         "lm-eval",
+        "anthropic",
+        "openai-agents",
     }
 
 
@@ -72,7 +78,14 @@ def _prompts(url: str, req: dict) -> list[list[int]]:
     """The prompt ids the server works on, as the client's body asks (chat: /tokenize renders)."""
     tok = real_tokenizer("default")
     body = req["body"]
-    if req["path"] == "/v1/chat/completions":
+    # The other conversational APIs: the chat request they amount to.
+    if req["path"] == "/v1/responses":
+        body = read_request(body, lambda rid: []).chat
+    elif req["path"] == "/v1/messages":
+        body = read_messages(body).chat
+    elif req["path"] == "/v1/messages/count_tokens":
+        body = read_count_tokens(body)
+    if "messages" in body:
         keys = ("messages", "tools", "chat_template_kwargs", "add_generation_prompt")
         ask = {k: body[k] for k in keys if body.get(k) is not None}
         r = httpx.post(url + "/tokenize", json=ask, timeout=30)
@@ -92,6 +105,7 @@ def _expected(req: dict, ids: list[int]) -> tuple[str, int]:
     body = req["body"]
     sp = body.get("sampling_params") or {}
     limit = body.get("max_tokens", body.get("max_completion_tokens", sp.get("max_new_tokens")))
+    limit = body.get("max_output_tokens", limit)  # the Responses API's
     ignore_eos = body.get("ignore_eos", sp.get("ignore_eos", False))
     k = len(ids) if limit is None else min(limit, len(ids))
     if not ignore_eos:
@@ -99,7 +113,7 @@ def _expected(req: dict, ids: list[int]) -> tuple[str, int]:
         if eos:
             k = eos[0] + 1
     text = tok.decode(ids[:k])
-    stops = body.get("stop") or sp.get("stop") or []
+    stops = body.get("stop") or body.get("stop_sequences") or sp.get("stop") or []
     stops = [stops] if isinstance(stops, str) else stops
     cut = min((text.find(s) for s in stops if s in text), default=-1)
     text = text[:cut] if cut >= 0 else text
@@ -126,6 +140,8 @@ def _answers(req: dict, resp: httpx.Response) -> tuple[dict[int, str], dict[int,
     texts: dict[int, str] = {}
     calls: dict[int, Any] = {}
     usages = []
+    if route in ("/v1/responses", "/v1/messages"):
+        return _conversational(route, req["body"].get("stream"), resp)
     if req["body"].get("stream"):
         for event in _events(resp.text):
             assert "error" not in event, event
@@ -160,9 +176,52 @@ def _answers(req: dict, resp: httpx.Response) -> tuple[dict[int, str], dict[int,
     return texts, calls, usages
 
 
+def _conversational(route: str, stream: bool, resp: httpx.Response) -> tuple:
+    """A Responses API or Messages API answer: its text, its calls and its usage, in the chat
+    route's words."""
+    text, calls = "", []
+    if route == "/v1/responses":
+        if stream:
+            events = [data for _, data in sse_events(resp.text)]
+            assert events[-1]["type"] in ("response.completed", "response.incomplete"), events[-1]
+            text = "".join(e["delta"] for e in events if e["type"] == "response.output_text.delta")
+            body = events[-1]["response"]
+        else:
+            body = resp.json()
+        for item in body["output"]:
+            if item["type"] == "function_call":
+                calls.append(item)
+            elif not stream:
+                text += "".join(part["text"] for part in item["content"])
+        use = body["usage"]
+        usage = {"prompt_tokens": use["input_tokens"], "completion_tokens": use["output_tokens"]}
+    else:
+        if stream:
+            events = sse_events(resp.text)
+            assert events[-1][0] == "message_stop", events[-1]
+            use = {**events[0][1]["message"]["usage"], **events[-2][1]["usage"]}
+            for name, data in events:
+                if name == "content_block_start" and data["content_block"]["type"] == "tool_use":
+                    calls.append(data["content_block"])
+                elif name == "content_block_delta" and data["delta"]["type"] == "text_delta":
+                    text += data["delta"]["text"]
+        else:
+            body = resp.json()
+            use = body["usage"]
+            calls = [b for b in body["content"] if b["type"] == "tool_use"]
+            text = "".join(b["text"] for b in body["content"] if b["type"] == "text")
+        prompt = use["input_tokens"] + use.get("cache_read_input_tokens", 0)
+        usage = {"prompt_tokens": prompt, "completion_tokens": use["output_tokens"]}
+    return {0: text}, ({0: calls} if calls else {}), [usage]
+
+
 @pytest.mark.parametrize("req", _cases())
 def test_a_real_clients_request_gets_the_right_answer(url, req):
     resp = httpx.request(req["method"], url + req["path"], json=req["body"], timeout=60)
+    if req["path"] == "/v1/messages/count_tokens":
+        assert resp.status_code == 200, resp.text
+        assert resp.json() == {"input_tokens": len(_prompts(url, req)[0])}
+        return
     if "expect_error" in req:
         assert resp.status_code == 400, resp.text
         assert resp.json()["error"]["param"] in req["expect_error"]  # a field it cannot honour

@@ -271,6 +271,162 @@ def test_structured_outputs_constrain_the_vllm_engine(tw):
     assert raw["choices"][0]["message"]["content"] in ("red", "green")
 
 
+def test_the_responses_api_over_vllm(tw):
+    from openai.types.responses import ResponseStreamEvent
+    from pydantic import TypeAdapter
+
+    events = TypeAdapter(ResponseStreamEvent)
+    whole = tw.client.responses.create(
+        model=NAME, input="Hello", max_output_tokens=8, temperature=0
+    )
+    assert whole.status in ("completed", "incomplete") and 0 < whole.usage.output_tokens <= 8
+    stream = tw.client.responses.create(
+        model=NAME, input="Hello", max_output_tokens=8, temperature=0, stream=True
+    )
+    got = list(stream)
+    for e in got:
+        events.validate_python(e.model_dump(exclude_none=True))
+    assert [e.sequence_number for e in got] == list(range(len(got)))
+    final = got[-1].response
+    assert final.output_text == whole.output_text  # greedy: the same text, streamed or not
+    assert final.usage.output_tokens == whole.usage.output_tokens
+    # The engine constrains decoding: text.format's schema holds (or, cut short by whitespace
+    # the JSON grammar allows, what came is its start).
+    picked = tw.client.responses.create(
+        model=NAME,
+        input="Pick a color",
+        max_output_tokens=20,
+        temperature=0,
+        text={"format": {"type": "json_schema", "name": "c", "schema": {"enum": ["red", "green"]}}},
+    )
+    if picked.status == "completed":
+        assert json.loads(picked.output_text) in ("red", "green")
+    else:
+        compact = "".join(picked.output_text.split())
+        assert any(f'"{c}"'.startswith(compact) for c in ("red", "green")), compact
+    assert tw.client.responses.retrieve(picked.id).output_text == picked.output_text
+    tw.client.responses.delete(picked.id)
+    with pytest.raises(openai.NotFoundError):
+        tw.client.responses.retrieve(picked.id)
+    with tw.client.responses.stream(
+        model=NAME, input="Hello", max_output_tokens=8, temperature=0
+    ) as stream:
+        kinds = [e.type for e in stream]
+    assert kinds[0] == "response.created"
+    assert kinds[-1] in ("response.completed", "response.incomplete")
+    # A function tool's result sent back, by resending the items and by previous_response_id,
+    # rendered by the model's own template.
+    tool = {"type": "function", "name": "get_weather", "parameters": {"type": "object"}}
+    call = {
+        "type": "function_call",
+        "call_id": "call_1",
+        "name": "get_weather",
+        "arguments": '{"city": "Paris"}',
+    }
+    result = {"type": "function_call_output", "call_id": "call_1", "output": "Sunny"}
+    asked = {"role": "user", "content": "Weather in Paris?"}
+    greedy = {"model": NAME, "tools": [tool], "max_output_tokens": 8, "temperature": 0}
+    resent = tw.client.responses.create(input=[asked, call, result], **greedy)
+    first = tw.client.responses.create(input=[asked, call], **greedy)
+    second = tw.client.responses.create(input=[result], previous_response_id=first.id, **greedy)
+    for r in (resent, first, second):
+        assert r.status in ("completed", "incomplete") and r.output_text
+    assert second.usage.input_tokens > resent.usage.input_tokens  # (first's output in between)
+
+
+def test_agent_frameworks_over_vllm(tw):
+    import agents
+    from langchain_openai import ChatOpenAI
+
+    agents.set_tracing_disabled(True)  # (tracing would export to OpenAI's servers)
+    # An agent takes only a completed response: the random model's greedy answer, ended by a
+    # stop string from its own middle.
+    probe = tw.client.responses.create(
+        model=NAME, instructions="Answer.", input="Hello", max_output_tokens=6, temperature=0
+    )
+    text = probe.output_text
+    stop = text[len(text) // 2 :]
+    client = openai.AsyncOpenAI(base_url=tw.url + "/v1", api_key="none", max_retries=0)
+    agent = agents.Agent(
+        name="a",
+        instructions="Answer.",
+        model=agents.OpenAIResponsesModel(model=NAME, openai_client=client),
+        model_settings=agents.ModelSettings(
+            temperature=0, max_tokens=6, extra_body={"stop": [stop]}
+        ),
+    )
+    result = agents.Runner.run_sync(agent, "Hello")
+    assert result.final_output == text[: text.find(stop)]
+    chat = ChatOpenAI(
+        model=NAME,
+        base_url=tw.url + "/v1",
+        api_key="none",
+        use_responses_api=True,
+        temperature=0,
+        max_tokens=8,
+    )
+    whole = chat.invoke("Hello").text
+    assert whole and "".join(c.text for c in chat.stream("Hello")) == whole
+
+
+def test_the_messages_api_over_vllm(tw):
+    import anthropic
+
+    client = anthropic.Anthropic(base_url=tw.url, api_key="none", max_retries=0)
+    user = [{"role": "user", "content": "Hello"}]
+    greedy = {"temperature": 0}  # (a field this client version no longer names)
+    whole = client.messages.create(model=NAME, max_tokens=8, messages=user, extra_body=greedy)
+    assert whole.stop_reason in ("max_tokens", "end_turn") and whole.usage.output_tokens <= 8
+    with client.messages.stream(model=NAME, max_tokens=8, messages=user, extra_body=greedy) as s:
+        text = "".join(s.text_stream)
+        final = s.get_final_message()
+    assert text == final.content[0].text == whole.content[0].text
+    counted = client.messages.count_tokens(model=NAME, messages=user)
+    assert counted.input_tokens == whole.usage.input_tokens
+    # A tool's result sent back, rendered by the model's own template.
+    tool = {"name": "get_weather", "input_schema": {"type": "object"}}
+    history = [
+        {"role": "user", "content": "Weather in Paris?"},
+        {
+            "role": "assistant",
+            "content": [
+                {"type": "tool_use", "id": "t1", "name": "get_weather", "input": {"city": "Paris"}}
+            ],
+        },
+        {
+            "role": "user",
+            "content": [{"type": "tool_result", "tool_use_id": "t1", "content": "Sunny"}],
+        },
+    ]
+    after = client.messages.create(
+        model=NAME, max_tokens=8, tools=[tool], messages=history, extra_body=greedy
+    )
+    assert after.content[0].type == "text" and after.usage.input_tokens > whole.usage.input_tokens
+    # A forced tool: the engine constrains the input to its schema. (Random weights may pad it
+    # with whitespace the JSON grammar allows past max_tokens: then what came is its start.)
+    schema = {
+        "type": "object",
+        "properties": {"color": {"enum": ["red", "green"]}},
+        "required": ["color"],
+        "additionalProperties": False,
+    }
+    forced = client.messages.create(
+        model=NAME,
+        max_tokens=30,
+        messages=[{"role": "user", "content": "Pick a color"}],
+        tools=[{"name": "pick", "input_schema": schema}],
+        tool_choice={"type": "tool", "name": "pick"},
+    )
+    (block,) = forced.content
+    if forced.stop_reason == "tool_use":
+        assert block.type == "tool_use" and block.name == "pick"
+        assert block.input["color"] in ("red", "green")
+    else:
+        assert forced.stop_reason == "max_tokens" and block.type == "text"
+        compact = "".join(block.text.split())
+        assert any(f'{{"color":"{c}"}}'.startswith(compact) for c in ("red", "green")), compact
+
+
 def test_engine_killed_mid_stream_gives_clean_errors_then_503(tw):
     got: dict = {}
     started = threading.Event()

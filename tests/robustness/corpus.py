@@ -5,14 +5,17 @@ from __future__ import annotations
 import json
 
 C, CH, G = "/v1/completions", "/v1/chat/completions", "/generate"
+R, M, CT = "/v1/responses", "/v1/messages", "/v1/messages/count_tokens"
 MSGS = [{"role": "user", "content": "hi"}]
+DEEP = "[" * 5000 + "]" * 5000
 
 
 def _j(obj) -> bytes:
     return json.dumps(obj).encode()
 
 
-#: (name, path, body, status, param): ``param`` is the field the error names (None: the body).
+#: (name, path, body, status, param): ``param`` is the field the error names (None: the body;
+#: on Anthropic's routes, whose errors have no ``param``, their message names it).
 CORPUS: list[tuple[str, str, bytes, int, str | None]] = [
     ("deep-json", C, b"[" * 100_000 + b"]" * 100_000, 400, None),
     ("deep-object", CH, b'{"messages":' + b'{"a":' * 50_000 + b"1" + b"}" * 50_001, 400, None),
@@ -298,4 +301,73 @@ CORPUS: list[tuple[str, str, bytes, int, str | None]] = [
         400,
         "stop_regex",
     ),
+    # the Responses API
+    ("responses-input-number", R, _j({"input": 5}), 400, "input"),
+    ("responses-item-type-huge", R, _j({"input": [{"type": "x" * 5000}]}), 400, "input"),
+    (
+        "responses-call-arguments-deep",
+        R,
+        _j({"input": [{"type": "function_call", "call_id": "c", "name": "f", "arguments": DEEP}]}),
+        400,
+        "input",
+    ),
+    (
+        "responses-previous-unknown",
+        R,
+        _j({"input": "x", "previous_response_id": "resp_" + "x" * 5000}),
+        404,
+        "previous_response_id",
+    ),
+    (
+        "responses-max-output-string",
+        R,
+        _j({"input": "x", "max_output_tokens": "5"}),
+        400,
+        "max_output_tokens",
+    ),
+    (
+        "responses-json-schema",
+        R,
+        _j(
+            {
+                "input": "x",
+                "text": {"format": {"type": "json_schema", "name": "s", "schema": {"type": "x"}}},
+            }
+        ),
+        400,
+        "text.format",
+    ),
+    (
+        "responses-temperature-huge",
+        R,
+        b'{"input":"x","temperature":' + b"1" * 401 + b"}",
+        400,
+        "temperature",
+    ),
+    # Anthropic's Messages API
+    ("messages-no-max-tokens", M, _j({"messages": MSGS}), 400, "max_tokens"),
+    (
+        "messages-block-type-huge",
+        M,
+        _j({"max_tokens": 5, "messages": [{"role": "user", "content": [{"type": "x" * 5000}]}]}),
+        400,
+        "messages",
+    ),
+    (
+        "messages-tool-use-input-deep",
+        M,
+        b'{"max_tokens":5,"messages":[{"role":"assistant","content":[{"type":"tool_use",'
+        b'"id":"t","name":"f","input":' + b'{"a":' * 5000 + b"1" + b"}" * 5000 + b"}]}]}",
+        400,
+        None,
+    ),
+    (
+        "messages-stop-empty",
+        M,
+        _j({"max_tokens": 5, "messages": MSGS, "stop_sequences": [""]}),
+        400,
+        "stop_sequences",
+    ),
+    ("messages-json-array", M, b"[]", 400, None),
+    ("count-tokens-no-messages", CT, _j({"model": None}), 400, "messages"),
 ]

@@ -1,5 +1,6 @@
 """Property-based fuzzing of every route's body: whatever a client sends, the answer is a 2xx or
-a 4xx in OpenAI's shape (never a 500, never a hang), nothing leaks, and /health is fine after.
+a 4xx in its API's shape (OpenAI's, or Anthropic's on /v1/messages; never a 500, never a hang), a
+stream ends as its API ends one, nothing leaks, and /health is fine after.
 
 Bodies are drawn from three families: arbitrary JSON (and bytes), objects made of each route's
 real field names with arbitrary values (most of the state space a parser can mishandle), and a
@@ -13,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import json
 import threading
+import time
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -22,7 +24,9 @@ from tokenwire.engine.synthetic import SyntheticConfig, SyntheticEngine
 from tokenwire.messages.sampling import _INPUT_FIELDS
 from tokenwire.server import ServerConfig, create_app
 from tokenwire.server import generate as sglang
+from tokenwire.server.anthropic import request as anthropic_request
 from tokenwire.server.openai import parse as openai_parse
+from tokenwire.server.responses import request as responses_request
 
 from asgi_client import call
 from conftest import examples, real_tokenizer
@@ -33,7 +37,12 @@ ROUTES = {
     "/generate": sorted(sglang._GENERATE_KEYS),
     "/tokenize": ["prompt", "messages", "add_special_tokens", "model", "return_token_strs"],
     "/detokenize": ["tokens", "model"],
+    "/v1/responses": sorted(responses_request.RESPONSES_KEYS),
+    "/v1/messages": sorted(anthropic_request.MESSAGES_KEYS),
+    "/v1/messages/count_tokens": sorted(anthropic_request.COUNT_TOKENS_KEYS),
 }
+#: Routes whose errors are in Anthropic's shape.
+ANTHROPIC = {"/v1/messages", "/v1/messages/count_tokens"}
 
 json_leaf = (
     st.none()
@@ -62,29 +71,84 @@ tool_call = st.fixed_dictionaries(
     },
     optional={"id": st.text(max_size=5)},
 )
+#: Anthropic's content blocks.
+block = st.one_of(
+    st.fixed_dictionaries({"type": st.just("text"), "text": st.text(max_size=10) | json_any}),
+    st.fixed_dictionaries(
+        {
+            "type": st.just("tool_use"),
+            "id": st.text(max_size=4) | json_any,
+            "name": st.sampled_from(["f", "g"]),
+            "input": st.dictionaries(st.text(max_size=4), json_any, max_size=2) | json_any,
+        }
+    ),
+    st.fixed_dictionaries(
+        {"type": st.just("tool_result"), "tool_use_id": st.text(max_size=4) | json_any},
+        optional={"content": st.text(max_size=10) | json_any, "is_error": json_any},
+    ),
+    st.fixed_dictionaries(
+        {"type": st.sampled_from(["thinking", "redacted_thinking", "image"])},
+        optional={"thinking": json_any},
+    ),
+)
 message = st.fixed_dictionaries(
     {"role": st.sampled_from(["user", "assistant", "system", "tool", "x"])},
     optional={
-        "content": st.text(max_size=20) | json_any,
+        "content": st.text(max_size=20) | st.lists(block, max_size=3) | json_any,
         "tool_calls": st.lists(tool_call, max_size=2) | json_any,
         "name": json_any,
         "reasoning_content": json_any,
     },
 )
-tool = st.fixed_dictionaries(
-    {
-        "type": st.just("function"),
-        "function": st.fixed_dictionaries(
-            {"name": st.sampled_from(["f", "g"])}, optional={"parameters": deep_text | json_any}
-        ),
-    }
+#: The Responses API's input items.
+item = st.one_of(
+    message,
+    st.fixed_dictionaries(
+        {
+            "type": st.just("function_call"),
+            "call_id": st.text(max_size=4) | json_any,
+            "name": st.sampled_from(["f", "g"]),
+            "arguments": deep_text | json_any,
+        }
+    ),
+    st.fixed_dictionaries(
+        {"type": st.just("function_call_output"), "call_id": st.just("c")},
+        optional={"output": st.text(max_size=10) | json_any},
+    ),
+    st.fixed_dictionaries(
+        {"type": st.sampled_from(["reasoning", "item_reference", "message"])},
+        optional={"summary": json_any, "content": json_any, "role": json_any},
+    ),
+)
+schema = deep_text | json_any
+tool = st.one_of(
+    st.fixed_dictionaries(
+        {
+            "type": st.just("function"),
+            "function": st.fixed_dictionaries(
+                {"name": st.sampled_from(["f", "g"])}, optional={"parameters": schema}
+            ),
+        }
+    ),
+    # the Responses API's, and Anthropic's
+    st.fixed_dictionaries(
+        {"type": st.just("function"), "name": st.sampled_from(["f", "g"])},
+        optional={"parameters": schema},
+    ),
+    st.fixed_dictionaries({"name": st.sampled_from(["f", "g"])}, optional={"input_schema": schema}),
 )
 # Values that look right for the fields that matter most, mixed with arbitrary ones.
 FIELD_VALUES = {
     "prompt": st.text(max_size=30)
     | token_ids
     | st.lists(token_ids | st.text(max_size=5), max_size=3),
-    "text": st.text(max_size=30) | st.lists(st.text(max_size=5), max_size=3),
+    # /generate's, and the Responses API's
+    "text": st.text(max_size=30)
+    | st.lists(st.text(max_size=5), max_size=3)
+    | st.fixed_dictionaries(
+        {"format": st.fixed_dictionaries({"type": st.sampled_from(["text", "json_schema"])})},
+        optional={"verbosity": json_any},
+    ),
     "input_ids": token_ids | st.lists(token_ids, max_size=3),
     "messages": st.lists(message, max_size=3),
     "max_tokens": st.integers(min_value=-2, max_value=50),
@@ -96,8 +160,29 @@ FIELD_VALUES = {
     ),
     "tools": st.lists(tool, max_size=2),
     "tool_choice": st.sampled_from(
-        ["auto", "none", "required", {"type": "function", "function": {"name": "f"}}]
+        [
+            "auto",
+            "none",
+            "required",
+            {"type": "function", "function": {"name": "f"}},
+            {"type": "function", "name": "f"},
+            {"type": "any"},
+            {"type": "tool", "name": "g"},
+            {"type": "auto", "disable_parallel_tool_use": True},
+        ]
     ),
+    "input": st.text(max_size=30) | st.lists(item, max_size=3),
+    "system": st.text(max_size=10) | st.lists(block, max_size=2),
+    "max_output_tokens": st.integers(min_value=-2, max_value=50),
+    "stop_sequences": st.lists(st.text(max_size=5), max_size=3),
+    "reasoning": st.fixed_dictionaries({}, optional={"effort": json_any, "summary": json_any}),
+    "thinking": st.fixed_dictionaries(
+        {"type": st.sampled_from(["enabled", "disabled", "adaptive"])},
+        optional={"budget_tokens": json_any},
+    ),
+    "store": st.booleans(),
+    "background": st.booleans(),
+    "previous_response_id": st.text(max_size=8),
     "guided_json": deep_text | json_any,
     "response_format": st.fixed_dictionaries(
         {
@@ -121,6 +206,9 @@ VALID = {
     "/generate": {"text": "hi", "sampling_params": {"max_new_tokens": 3}},
     "/tokenize": {"prompt": "hi"},
     "/detokenize": {"tokens": [1, 2]},
+    "/v1/responses": {"input": "hi", "max_output_tokens": 3},
+    "/v1/messages": {"messages": [{"role": "user", "content": "hi"}], "max_tokens": 3},
+    "/v1/messages/count_tokens": {"messages": [{"role": "user", "content": "hi"}]},
 }
 
 
@@ -140,6 +228,17 @@ def bodies(path: str):
         json_any.map(lambda b: json.dumps(b).encode()),
         st.binary(max_size=40),
     )
+
+
+#: How each API's streams end: the last event's first line (OpenAI's: ``data: [DONE]``).
+_STREAM_ENDS = {
+    "/v1/responses": (
+        b"event: response.completed",
+        b"event: response.incomplete",
+        b"event: response.failed",
+    ),
+    "/v1/messages": (b"event: message_stop", b"event: error"),
+}
 
 
 class _LoopApp:
@@ -181,12 +280,21 @@ def test_fuzzed_bodies_never_500_never_hang(served, path):
     def check(body: bytes) -> None:
         resp = served.run(call(served.app, "POST", path, body, timeout=20))
         assert resp.status < 500, (resp.status, body[:200], resp.body[:300])
-        if resp.status >= 400:
+        if resp.status >= 400 and path in ANTHROPIC:
+            answer = resp.json()
+            assert answer["type"] == "error" and set(answer["error"]) == {"type", "message"}
+        elif resp.status >= 400:
             err = resp.error()
             assert set(err) == {"message", "type", "param", "code"}
         elif resp.headers.get(b"content-type") == b"text/event-stream":
-            assert resp.body.endswith(b"data: [DONE]\n\n")
+            assert resp.body.endswith(b"\n\n"), resp.body[-300:]
+            last = resp.body[:-2].rsplit(b"\n\n", 1)[-1].split(b"\n")[0]
+            assert last in _STREAM_ENDS.get(path, (b"data: [DONE]",)), resp.body[-300:]
         assert served.run(call(served.app, "GET", "/health")).status == 200
-        assert len(served.app.runtime.shard) == 0  # every request ended everywhere
+        # Every request ended everywhere (a background response ends by itself, soon).
+        deadline = time.monotonic() + 10
+        while len(served.app.runtime.shard) and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert len(served.app.runtime.shard) == 0
 
     check()

@@ -1,7 +1,8 @@
 """The HTTP server: a plain ASGI app routing each request to its API's handler (``openai``,
-``generate``, ``utility``), behind the security checks, body limits, the access log and the
-guard that turns an unplanned failure into a clean error. No framework in the streaming path: each
-chunk is one ``send`` (or a direct write, over tokenwire's connection protocol)."""
+``responses``, ``anthropic``, ``generate``, ``utility``), behind the security checks, body
+limits, the access log and the guard that turns an unplanned failure into a clean error. No
+framework in the streaming path: each chunk is one ``send`` (or a direct write, over
+tokenwire's connection protocol)."""
 
 from __future__ import annotations
 
@@ -13,9 +14,9 @@ from typing import Any
 from tokenwire.engine import Engine
 from tokenwire.messages.errors import TokenwireError
 from tokenwire.runtime import Runtime
-from tokenwire.server import access_log, generate, limits, openai, utility
+from tokenwire.server import access_log, anthropic, generate, limits, openai, responses, utility
 from tokenwire.server.config import ServerConfig
-from tokenwire.server.errors import NotFound
+from tokenwire.server.errors import OPENAI_ERRORS, ErrorDialect, NotFound
 from tokenwire.server.guard import guarded, passing
 from tokenwire.server.health_listener import HealthListener
 from tokenwire.server.http import current_scope, respond, route_of, send_error
@@ -55,11 +56,16 @@ class App:
         self._observing = config.observe.active
         self._routes: dict[tuple[str, str], Handler] = {
             **openai.ROUTES,
+            **responses.ROUTES,
+            **anthropic.ROUTES,
             **generate.ROUTES,
             **utility.ROUTES,
         }
         #: ``/health`` and ``/metrics`` on their own port (``--health-port``), once started.
         self.health: HealthListener | None = None
+        #: The paths whose errors are not in OpenAI's shape, and their API's.
+        self._dialects: dict[str, ErrorDialect] = dict(anthropic.DIALECTS)
+        self.state.responses = responses.Responses(config.responses_store_size)
         tok = runtime.tokenizer
         #: What the info routes report.
         self.facts = utility.ServerFacts(
@@ -110,10 +116,12 @@ class App:
                 observe.tracing.emit(record)
 
     async def _guarded(self, scope: dict, receive: Any, send: Any) -> None:
-        await guarded(self._dispatch, scope, receive, send, self._on_unhandled(scope))
+        dialect = self._dialects.get(scope["path"], OPENAI_ERRORS)
+        await guarded(self._dispatch, scope, receive, send, self._on_unhandled(scope), dialect)
 
     async def _dispatch(self, scope: dict, receive: Any, send: Any) -> None:
         security = self._security
+        dialect = self._dialects.get(scope["path"], OPENAI_ERRORS)
         if security.is_preflight(scope):
             status, headers = security.preflight(scope)
             await respond(send, status, b"", headers)
@@ -123,7 +131,8 @@ class App:
             send = _adding_headers(send, cors)
         refused = security.check(scope)
         if refused is not None:
-            await send_error(self.runtime.metrics, send, refused, route_of(scope["path"]))
+            route = route_of(scope["path"])
+            await send_error(self.runtime.metrics, send, refused, route, dialect)
             return
         handler = self._routes.get((scope["method"], scope["path"]))
         if handler is not None:
@@ -131,16 +140,19 @@ class App:
             try:
                 limits.check_content_length(scope, config.max_request_bytes)
             except TokenwireError as err:
-                await send_error(self.runtime.metrics, send, err, route_of(scope["path"]))
+                route = route_of(scope["path"])
+                await send_error(self.runtime.metrics, send, err, route, dialect)
                 return
             receive = limits.bounded_receive(receive, config.max_request_bytes, config.body_timeout)
             current_scope.set(scope)
             await handler(self, receive, send)
         elif scope["method"] == "GET" and scope["path"].startswith("/v1/models/"):
             await utility.model(self, scope["path"][len("/v1/models/") :], send)
+        elif scope["path"].startswith("/v1/responses/"):
+            await responses.by_id(self, scope, send)
         elif any(path == scope["path"] for _, path in self._routes):
             await send_error(
-                self.runtime.metrics, send, NotFound("method not allowed", 405), "other"
+                self.runtime.metrics, send, NotFound("method not allowed", 405), "other", dialect
             )
         else:
             await send_error(

@@ -13,7 +13,10 @@ from tokenwire.server.limits import DEFAULT_BODY_TIMEOUT, DEFAULT_MAX_REQUEST_BY
 from tokenwire.server.observe import ObserveConfig
 from tokenwire.server.security import SecurityConfig
 
-__all__ = ["DEFAULT_LIMITS", "RequestLimits", "ServerConfig"]
+__all__ = ["DEFAULT_LIMITS", "DEFAULT_RESPONSES_STORE_SIZE", "RequestLimits", "ServerConfig"]
+
+#: Responses kept for ``previous_response_id`` and ``GET /v1/responses/{id}`` by default.
+DEFAULT_RESPONSES_STORE_SIZE = 1024
 
 
 @dataclass(frozen=True)
@@ -46,3 +49,5 @@ class ServerConfig(RuntimeConfig):
     health_host: str = "127.0.0.1"
     #: Request log lines, echoed request ids and trace spans.
     observe: ObserveConfig = dataclasses.field(default_factory=ObserveConfig)
+    #: Most responses the Responses API keeps (oldest evicted first; 0: none kept).
+    responses_store_size: int = DEFAULT_RESPONSES_STORE_SIZE

@@ -1,13 +1,18 @@
 """Errors as clients see them: OpenAI's error shape (``{"error": {"message", "type", "param",
-"code"}}``), and the routing errors."""
+"code"}}``), an API's way of writing errors (``ErrorDialect``: OpenAI's unless the API has its
+own), and the routing errors."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
+
+import msgspec
 
 from tokenwire.messages.errors import TokenwireError
 
-__all__ = ["MAX_ERROR_MESSAGE", "NotFound", "error_body"]
+__all__ = ["MAX_ERROR_MESSAGE", "OPENAI_ERRORS", "ErrorDialect", "NotFound", "error_body"]
 
 
 #: Longest error message sent to a client (the messages quote client input only briefly anyway).
@@ -28,6 +33,23 @@ def error_body(err: TokenwireError) -> dict[str, Any]:
             "code": err.code if err.code is not None else err.status,
         }
     }
+
+
+@dataclass(frozen=True)
+class ErrorDialect:
+    """How one API writes an error: the JSON body of an error response (its status is the
+    error's), and the bytes that end a server-sent-event stream failing mid-way."""
+
+    body: Callable[[TokenwireError], dict[str, Any]]
+    stream_end: Callable[[TokenwireError], bytes]
+
+
+def _openai_stream_end(err: TokenwireError) -> bytes:
+    return b"data: " + msgspec.json.encode(error_body(err)) + b"\n\ndata: [DONE]\n\n"
+
+
+#: OpenAI's: the error object, and in a stream an event carrying it, then ``[DONE]``.
+OPENAI_ERRORS = ErrorDialect(error_body, _openai_stream_end)
 
 
 class NotFound(TokenwireError):

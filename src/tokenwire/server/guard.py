@@ -1,9 +1,10 @@
 """The last line of defence around every HTTP handler: an exception that escapes one never reaches
 the client as a bare 500 or a cut stream.
 
-Before the response has started the client gets a 500 in OpenAI's JSON shape with a generic message
-(the details go to the log only); a server-sent-event stream that fails mid-way ends with an error
-event and ``[DONE]``.
+Before the response has started the client gets a 500 in its API's JSON shape (OpenAI's unless the
+route has its own ``ErrorDialect``) with a generic message (the details go to the log only); a
+server-sent-event stream that fails mid-way ends as the API ends a failed stream (OpenAI's: an
+error event and ``[DONE]``).
 """
 
 from __future__ import annotations
@@ -14,8 +15,8 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from tokenwire.messages.errors import InternalError, TokenwireError
-from tokenwire.server.errors import error_body
-from tokenwire.server.http import SSE_DONE, encode, sse
+from tokenwire.server.errors import OPENAI_ERRORS, ErrorDialect
+from tokenwire.server.http import encode
 
 __all__ = ["guarded", "json_response", "GENERIC_ERROR"]
 
@@ -60,9 +61,10 @@ async def guarded(
     receive: Any,
     send: Any,
     on_error: Callable[[TokenwireError], None] | None = None,
+    dialect: ErrorDialect = OPENAI_ERRORS,
 ) -> None:
-    """Run ``handler``; should it raise, answer the client as well as the response so far allows
-    (``on_error`` hears of it, for metrics)."""
+    """Run ``handler``; should it raise, answer the client as well as the response so far allows,
+    in ``dialect`` (``on_error`` hears of it, for metrics)."""
     started = is_sse = done = False
 
     async def tracked(message: dict) -> None:
@@ -88,8 +90,8 @@ async def guarded(
             on_error(err)
         with contextlib.suppress(Exception):
             if not started:
-                for message in json_response(err.status, encode(error_body(err))):
+                for message in json_response(err.status, encode(dialect.body(err))):
                     await send(message)
             else:
-                tail = sse(error_body(err)) + SSE_DONE if is_sse else b""
+                tail = dialect.stream_end(err) if is_sse else b""
                 await send({"type": "http.response.body", "body": tail, "more_body": False})

@@ -12,7 +12,7 @@ import msgspec
 from tokenwire.messages.errors import TokenwireError
 from tokenwire.runtime.metrics import Metrics
 from tokenwire.server import limits
-from tokenwire.server.errors import error_body
+from tokenwire.server.errors import OPENAI_ERRORS, ErrorDialect
 
 __all__ = [
     "JSON",
@@ -56,13 +56,19 @@ async def respond(send: Any, status: int, body: bytes, headers: list = JSON) -> 
     await send({"type": "http.response.body", "body": body, "more_body": False})
 
 
-async def send_error(metrics: Metrics, send: Any, err: TokenwireError, route: str) -> None:
-    """Answer with ``err`` in OpenAI's shape, counted under ``route``."""
+async def send_error(
+    metrics: Metrics,
+    send: Any,
+    err: TokenwireError,
+    route: str,
+    dialect: ErrorDialect = OPENAI_ERRORS,
+) -> None:
+    """Answer with ``err`` in the API's shape (OpenAI's by default), counted under ``route``."""
     metrics.requests.labels(route, str(err.status)).inc()
     metrics.request_errors.labels(err.error_type).inc()
     # A body refused part-way is not read to its end: the connection goes with it.
     headers = JSON_CLOSE if err.status in (408, 413) else JSON
-    await respond(send, err.status, encode(error_body(err)), headers)
+    await respond(send, err.status, encode(dialect.body(err)), headers)
 
 
 #: The HTTP request being handled (each ASGI request runs in its own task, so its own context).
@@ -88,8 +94,17 @@ async def read_json(receive: Any) -> Any:
     return await limits.parse_body(receive, lambda body: body)
 
 
-_ROUTE_NAMES = {"/v1/completions": "completion", "/v1/chat/completions": "chat"}
+_ROUTE_NAMES = {
+    "/v1/completions": "completion",
+    "/v1/chat/completions": "chat",
+    "/v1/responses": "responses",
+    "/v1/messages": "messages",
+    "/v1/messages/count_tokens": "messages_count_tokens",
+}
 
 
 def route_of(path: str) -> str:
+    """The metrics label of a request path (a response's own routes share one)."""
+    if path.startswith("/v1/responses/"):
+        return "responses_by_id"
     return _ROUTE_NAMES.get(path) or path.strip("/").replace("/", "_") or "other"

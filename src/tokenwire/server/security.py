@@ -1,7 +1,8 @@
 """Who may call the server, and from which web pages.
 
 - ``--api-key`` (or ``TOKENWIRE_API_KEY``): every route but ``/health`` and ``/metrics`` needs
-  ``Authorization: Bearer <key>``, compared in constant time; otherwise a 401 in OpenAI's shape.
+  ``Authorization: Bearer <key>`` or (as Anthropic's clients send it) ``x-api-key: <key>``,
+  compared in constant time; otherwise a 401 in the API's error shape.
 - A request body in one of the content types a web page may send to any site without a CORS
   preflight (``text/plain``, ``application/x-www-form-urlencoded``, ``multipart/form-data``) is
   refused with 415, so no page can drive the server from a visitor's browser; a request with no
@@ -61,6 +62,7 @@ class Security:
     def __init__(self, config: SecurityConfig) -> None:
         self.config = config
         self._key = ("Bearer " + config.api_key).encode() if config.api_key else None
+        self._raw_key = config.api_key.encode() if config.api_key else None
         self._any_origin = "*" in config.allowed_origins
         self._origins = frozenset(o.encode() for o in config.allowed_origins)
         self._methods = ", ".join(
@@ -71,10 +73,11 @@ class Security:
 
     def check(self, scope: dict) -> TokenwireError | None:
         """Why this request may not proceed (401, 415), or None."""
-        if self._key is not None and scope["path"] not in OPEN_PATHS:
-            given = _header(scope, b"authorization") or b""
-            if not hmac.compare_digest(given, self._key):
-                return UnauthorizedError("a valid API key is required (Authorization: Bearer ...)")
+        key = self._key
+        if key is not None and scope["path"] not in OPEN_PATHS and not self._authorized(scope):
+            return UnauthorizedError(
+                "a valid API key is required (Authorization: Bearer ..., or x-api-key)"
+            )
         if scope["method"] in _BODY_METHODS:
             origin = _header(scope, b"origin")
             if origin is not None and not self._origin_allowed(scope, origin):
@@ -98,6 +101,15 @@ class Security:
         host = _header(scope, b"host")
         _, _, rest = origin.partition(b"://")
         return host is not None and rest.lower() == host.lower()
+
+    def _authorized(self, scope: dict) -> bool:
+        """Whether the request carries the API key (as a bearer token, or in ``x-api-key``)."""
+        assert self._key is not None and self._raw_key is not None
+        bearer = _header(scope, b"authorization")
+        if bearer is not None and hmac.compare_digest(bearer, self._key):
+            return True
+        key = _header(scope, b"x-api-key")
+        return key is not None and hmac.compare_digest(key, self._raw_key)
 
     def _origin(self, scope: dict) -> bytes | None:
         """The request's Origin when CORS allows it."""

@@ -19,16 +19,14 @@ from tokenwire.runtime import Plan, Runtime
 from tokenwire.runtime.metrics import EngineSeries
 from tokenwire.server import limits
 from tokenwire.server.direct_stream import DirectStream
-from tokenwire.server.errors import error_body
+from tokenwire.server.errors import OPENAI_ERRORS, ErrorDialect
 from tokenwire.server.guard import direct
 from tokenwire.server.http import (
     SSE,
-    SSE_DONE,
     current_scope,
     encode,
     respond,
     send_error,
-    sse,
     wait_disconnect,
 )
 from tokenwire.server.observe import RequestRecord, current_record
@@ -257,8 +255,11 @@ async def collect(rt: Runtime, receive: Any, send: Any, subs: Subs, work: Any, r
     await respond(send, status, encode(body))
 
 
-async def gather(rt: Runtime, subs: Subs) -> tuple[int, Any] | Gathered:
-    """Every choice's items until its final one; an error ends everything."""
+async def gather(
+    rt: Runtime, subs: Subs, dialect: ErrorDialect = OPENAI_ERRORS
+) -> tuple[int, Any] | Gathered:
+    """Every choice's items until its final one; an error ends everything (its status, and its
+    body in ``dialect``)."""
     got = Gathered(len(subs))
     tracker = Tracker.of(rt, subs)
     async for batch in merged(subs):
@@ -268,7 +269,7 @@ async def gather(rt: Runtime, subs: Subs) -> tuple[int, Any] | Gathered:
                 for rid, _, sink in subs:
                     rt.abort(rid, sink)
                 rt.metrics.request_errors.labels(item.error.error_type).inc()
-                return item.error.status, error_body(item.error)
+                return item.error.status, dialect.body(item.error)
             got.texts[index].append(item.text)
             got.ids[index].extend(item.token_ids)
             if item.extras is not None:
@@ -308,6 +309,9 @@ class Streamer:
     """Turns one HTTP request's items into SSE bytes (synchronous; the loop in ``stream``
     does the waiting and the sending)."""
 
+    #: How the API ends a stream with an error.
+    dialect: ErrorDialect = OPENAI_ERRORS
+
     def __init__(self, rt: Runtime, subs: Subs) -> None:
         self.rt = rt
         self.subs = subs
@@ -329,7 +333,7 @@ class Streamer:
         if self.tracker.record is not None:
             self.tracker.record.error = err.error_type
         self.rt.metrics.request_errors.labels(err.error_type).inc()
-        return sse(error_body(err)) + SSE_DONE
+        return self.dialect.stream_end(err)
 
     def close(self) -> None:
         """The response is over (or abandoned): choices still open are aborted."""
@@ -348,9 +352,11 @@ async def serve_plan(
     parse: Callable[[Any], Plan],
     streamer: Callable[[Plan, Subs], Streamer],
     gathered: Callable[[Plan, Subs], Awaitable[tuple[int, Any]]],
+    dialect: ErrorDialect = OPENAI_ERRORS,
 ) -> None:
     """A generation route: the JSON body parsed into a plan (``parse``), submitted, and answered
-    as a stream (``streamer``'s bytes) or a whole response (``gathered``'s status and body)."""
+    as a stream (``streamer``'s bytes) or a whole response (``gathered``'s status and body);
+    a request refused before that is answered in ``dialect``."""
     received.set(time.perf_counter())
     try:
         plan = await limits.parse_body(receive, parse)
@@ -359,7 +365,7 @@ async def serve_plan(
     except ClientDisconnected:
         return
     except TokenwireError as err:
-        await send_error(rt.metrics, send, err, route)
+        await send_error(rt.metrics, send, err, route, dialect)
         return
     record = current_record.get()
     if record is not None:

@@ -1,6 +1,6 @@
 """Flags of the server itself: the model it serves (tokenizer, names, context length), where and
-how it listens (address or Unix socket, TLS, the path prefix of a proxy in front), and who may
-call it (API key, CORS)."""
+how it listens (address or Unix socket, TLS, the path prefix of a proxy in front), who may call
+it (API key, CORS), and the responses it keeps (Responses API)."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ import ssl
 from typing import Any
 
 from tokenwire.entrypoints.options import string_list
+from tokenwire.server.config import DEFAULT_RESPONSES_STORE_SIZE
 from tokenwire.server.security import SecurityConfig
 from tokenwire.tokenizer import DEFAULT_TOKENIZER_NAME, Tokenizer
 
@@ -89,8 +90,8 @@ def add_arguments(serve: argparse.ArgumentParser) -> None:
     serve.add_argument(
         "--api-key",
         default=os.environ.get("TOKENWIRE_API_KEY"),
-        help="require 'Authorization: Bearer KEY' on every route but /health and /metrics "
-        "(default: $TOKENWIRE_API_KEY, else none)",
+        help="require 'Authorization: Bearer KEY' (or 'x-api-key: KEY') on every route but "
+        "/health and /metrics (default: $TOKENWIRE_API_KEY, else none)",
     )
     serve.add_argument(
         "--allowed-origins",
@@ -116,6 +117,25 @@ def add_arguments(serve: argparse.ArgumentParser) -> None:
         action="store_true",
         help="CORS: allow credentials (cookies, Authorization) from the allowed origins",
     )
+    serve.add_argument(
+        "--responses-store-size",
+        type=_count,
+        default=DEFAULT_RESPONSES_STORE_SIZE,
+        metavar="N",
+        help="most responses the Responses API keeps in memory for GET /v1/responses/{id} and "
+        "previous_response_id, the oldest evicted first; 0 keeps none (default: %(default)s)",
+    )
+
+
+def _count(value: str) -> int:
+    """A whole number, 0 or more."""
+    try:
+        n = int(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a whole number: {value!r}") from None
+    if n < 0:
+        raise argparse.ArgumentTypeError(f"must be 0 or more, got {n}")
+    return n
 
 
 def load_tokenizer(args: argparse.Namespace) -> tuple[Tokenizer, str]:

@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from tokenwire.parsers import merge_tool_deltas
+from tokenwire.parsers import ToolCall, merge_tool_deltas
 from tokenwire.parsers.output import OutputDelta, OutputParser, OutputSpec
 from tokenwire.tokenizer import Tokenizer
 
@@ -65,6 +65,20 @@ class ChoiceOutput:
         if d.tool_calls:
             out["tool_calls"] = _tool_call_entries(d.tool_calls)
         return out
+
+    def pieces(self, text: str, token_ids: Sequence[int], *, final: bool = False) -> OutputDelta:
+        """The next piece's reasoning, content and call deltas (``final``: the output is over,
+        with everything held back), as other APIs' formatters take them."""
+        d = self.parser.feed(text, token_ids)
+        if final:
+            d.extend(self.parser.finish())
+        d.tool_calls = self._calls(d)
+        return d
+
+    def parts(self, text: str, token_ids: Sequence[int]) -> tuple[str, str, list[ToolCall]]:
+        """A whole output: its reasoning, its content and its calls."""
+        d = self.pieces(text, token_ids, final=True)
+        return d.reasoning, d.content, merge_tool_deltas(d.tool_calls)
 
     def delta(self, text: str, token_ids: Sequence[int]) -> dict[str, Any]:
         """The stream delta for the next piece (empty when it is all held back)."""
