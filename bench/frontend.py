@@ -24,7 +24,8 @@ at C concurrent requests (``CONCURRENCY``, default 64, 256, 1024, 4096; ``LONG_C
 default 64, 256, for ``long``). Real mode: each frontend runs with its own engine on the tiny
 model (smg's is ``vllm serve --headless`` dialling it). ``--contended`` is the case of
 ``vllm bench serve`` on a loaded machine: 32 requests of a 1,000-token prompt and 128 tokens out,
-8 at a time, while busy processes this script starts are pinned to both cores.
+8 at a time, while busy processes this script starts (two per core) are pinned to both cores;
+nothing else is pinned there, as users run them.
 
 Frontends are pinned to CPU 0, engines and this load generator to CPU 1 (in real mode each
 frontend's engine shares its CPU, as before); rounds alternate between the frontends (in a
@@ -87,8 +88,13 @@ def _check(script: str, what: str) -> dict[str, str]:
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
+#: Whether frontends and engines are pinned to their CPUs (not in the contended case: there they
+#: run as users run them, and only the busy processes are pinned).
+PIN = True
+
+
 def _pinned(cpu: int) -> list[str]:
-    return ["taskset", "-c", str(cpu)] if (os.cpu_count() or 1) > 1 else []
+    return ["taskset", "-c", str(cpu)] if PIN and (os.cpu_count() or 1) > 1 else []
 
 
 def _spawn(argv: list[str], cpu: int, log: Path) -> subprocess.Popen:
@@ -225,7 +231,8 @@ def payloads(workload: str, port: int, c: int, real: bool, contended: bool) -> l
 def _busy(cpu: int) -> subprocess.Popen:
     """A process that keeps ``cpu`` busy until killed."""
     return subprocess.Popen(
-        [*_pinned(cpu), sys.executable, "-c", "while True: pass"], start_new_session=True
+        ["taskset", "-c", str(cpu), sys.executable, "-c", "while True: pass"],
+        start_new_session=True,
     )
 
 
@@ -250,8 +257,10 @@ def main() -> None:
         help="with --real: 32 requests of 1,000 tokens, 8 at a time, both cores kept busy",
     )
     args = parser.parse_args()
+    global PIN
     if args.contended:
         args.real = True
+        PIN = False
     kinds = os.environ.get("FRONTENDS", "vllm,smg,tokenwire").split(",")
     if args.contended:
         workloads, default_c = ["contended"], "8"
@@ -265,7 +274,7 @@ def main() -> None:
     paths = _check("vllm_cpu_env.py", "the vLLM environment")
     smg = _check("bench_env.py", "smg")["smg"] if "smg" in kinds else None
     raise_open_files(4 * max(levels + long_levels) + 1024)
-    if (os.cpu_count() or 1) > 1:
+    if PIN and (os.cpu_count() or 1) > 1:
         os.sched_setaffinity(0, {1})
     logdir = Path(os.environ.get("BENCH_LOGS", "bench/results/frontend-logs"))
     logdir.mkdir(parents=True, exist_ok=True)

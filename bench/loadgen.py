@@ -261,6 +261,7 @@ def summary(runs: list[dict]) -> dict:
         "itl_p50_ms": round(pct(med["itl"], 50) * 1e3, 2),
         "itl_p99_ms": round(pct(med["itl"], 99) * 1e3, 2),
         "runs_tokens_per_s": [round(r["tokens_per_s"]) for r in runs],
+        "runs_ttft_p50_ms": [round(pct(r["ttft"], 50) * 1e3, 1) for r in runs],
     } | {
         key: round(pct([r[key] for r in runs], 50), 2)
         for key in ("user_us_per_token", "sys_us_per_token")
