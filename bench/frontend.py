@@ -21,7 +21,8 @@ random output) dials each. Workloads (``WORKLOADS``):
   template rendering set the TTFT.
 
 at C concurrent requests (``CONCURRENCY``, default 64, 256, 1024, 4096; ``LONG_CONCURRENCY``,
-default 64, 256, for ``long``). Real mode: each frontend runs with its own engine on the tiny
+default 64, 256, for ``long``), a round running at least 1,024 requests (256 for ``long``), C at
+a time. Real mode: each frontend runs with its own engine on the tiny
 model (smg's is ``vllm serve --headless`` dialling it). ``--contended`` is the case of
 ``vllm bench serve`` on a loaded machine: 32 requests of a 1,000-token prompt and 128 tokens out,
 8 at a time, while busy processes this script starts (two per core) are pinned to both cores;
@@ -45,6 +46,7 @@ import asyncio
 import contextlib
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -116,6 +118,10 @@ def _spawn(argv: list[str], cpu: int, log: Path) -> subprocess.Popen:
         )
 
 
+#: Folders made for smg's worker sockets, removed at the end.
+_FOLDERS: list[str] = []
+
+
 def smg_handshake_port(worker_url: str) -> int:
     """The TCP port smg binds for an ``ipc://`` worker's handshake (FNV-1a 64 over the path,
     folded into 20000-29999), which the engine dials."""
@@ -163,7 +169,9 @@ def _servers(
             out[kind] = (port, [front, engine])
         elif kind == "smg":
             assert smg is not None
-            worker = "ipc://" + tempfile.mkdtemp(prefix="tokenwire-smg-") + "/engine-0"
+            folder = tempfile.mkdtemp(prefix="tokenwire-smg-")  # (mode 0700, as smg wants)
+            _FOLDERS.append(folder)
+            worker = f"ipc://{folder}/engine-0"
             argv = [smg, "launch", "--host", "127.0.0.1", "--port", str(port), "--backend"]
             argv += ["vllm", "--worker-urls", worker, "--model-path", model, "--model-alias"]
             argv += [f"{NAME}={model}", "--prometheus-port", str(free_port())]
@@ -336,6 +344,8 @@ def main() -> None:
     finally:
         _stop(busy)
         _stop([p for _port, procs in servers.values() for p in procs])
+        for folder in _FOLDERS:
+            shutil.rmtree(folder, ignore_errors=True)
     print(
         "\n| engine | workload | C | frontend | tokens/s | TTFT p50 / p99 ms "
         "| ITL p50 / p99 ms | frontend CPU µs/token | CPU vs smg | completed |"
