@@ -11,9 +11,20 @@ import contextlib
 import itertools
 import json
 import os
+import re
+import resource
 import socket
 import subprocess
 import time
+
+
+def _http(port: int, path: str, body: dict) -> bytes:
+    data = json.dumps(body).encode()
+    return (
+        f"POST {path} HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\n"
+        f"Content-Type: application/json\r\nContent-Length: {len(data)}\r\n"
+        "Connection: close\r\n\r\n"
+    ).encode() + data
 
 
 def request_bytes(
@@ -21,21 +32,34 @@ def request_bytes(
 ) -> bytes:
     """One streaming completion request for ``tokens`` tokens (``ignore_eos``), as raw HTTP;
     ``extra`` adds request fields."""
-    body = json.dumps(
-        {
-            "model": model,
-            "prompt": prompt or "Benchmark prompt: tell me a story about a fox.",
-            "max_tokens": tokens,
-            "ignore_eos": True,
-            "stream": True,
-            **extra,
-        }
-    ).encode()
-    return (
-        f"POST /v1/completions HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\n"
-        f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n"
-        "Connection: close\r\n\r\n"
-    ).encode() + body
+    body = {
+        "model": model,
+        "prompt": prompt or "Benchmark prompt: tell me a story about a fox.",
+        "max_tokens": tokens,
+        "ignore_eos": True,
+        "stream": True,
+        **extra,
+    }
+    return _http(port, "/v1/completions", body)
+
+
+def chat_request_bytes(port: int, model: str, tokens: int, content: str, **extra: object) -> bytes:
+    """One streaming chat request for ``tokens`` tokens (``ignore_eos``), as raw HTTP."""
+    body = {
+        "model": model,
+        "messages": [{"role": "user", "content": content}],
+        "max_tokens": tokens,
+        "ignore_eos": True,
+        "stream": True,
+        **extra,
+    }
+    return _http(port, "/v1/chat/completions", body)
+
+
+#: A chunk that carries generated text: a non-empty completion text, chat content or reasoning.
+_TOKEN_CHUNK = re.compile(rb'"(?:text|content|reasoning_content|reasoning)":"[^"]')
+_FINISHED = re.compile(rb'"finish_reason":"(?:length|stop)"')
+_USAGE = re.compile(rb'"completion_tokens":(\d+)')
 
 
 async def _one(port: int, payload: bytes, out: list) -> None:
@@ -46,38 +70,62 @@ async def _one(port: int, payload: bytes, out: list) -> None:
     arrivals = []
     tail = b""
     done = False
-    length = False  # the response ended with finish_reason "length" (an error also ends [DONE])
+    finished = False  # a finish reason came (an error also ends with [DONE])
+    used = None  # completion tokens, when the stream reports its usage
     while True:
         data = await reader.read(1 << 16)
         if not data:
             break
         now = time.perf_counter()
         window = tail + data
-        if b'"text":' in data or b"[DONE]" in window:
+        if _TOKEN_CHUNK.search(window):
             arrivals.append(now)
-        if b'"finish_reason":"length"' in window:
-            length = True
+        if not finished and _FINISHED.search(window):
+            finished = True
+        if b'"usage":' in window:
+            got = _USAGE.findall(window)
+            if got:
+                used = int(got[-1])
         if b"data: [DONE]" in window:
-            done = length
+            done = finished
         tail = window[-64:]
     writer.close()
-    out.append((t0, arrivals, done))
+    out.append((t0, arrivals, done, used))
 
 
-async def load(port: int, concurrency: int, payload: bytes, tokens: int) -> dict:
-    """Run ``concurrency`` requests at once; tokens/s (responses that ran to their length only),
-    TTFT, ITL."""
+async def load(
+    port: int,
+    concurrency: int,
+    payload: bytes | list[bytes],
+    tokens: int,
+    *,
+    requests: int | None = None,
+) -> dict:
+    """Run ``requests`` (default: ``concurrency``) requests, ``concurrency`` at a time (a list of
+    payloads is taken in turn); tokens/s (of responses that ran to a finish reason: the tokens
+    their usage reports, else ``tokens`` each), TTFT, ITL."""
+    payloads = payload if isinstance(payload, list) else [payload]
+    total = requests or concurrency
     results: list = []
+    gate = asyncio.Semaphore(concurrency)
+
+    async def one(i: int) -> None:
+        async with gate:
+            await _one(port, payloads[i % len(payloads)], results)
+
     t0 = time.perf_counter()
-    await asyncio.gather(*(_one(port, payload, results) for _ in range(concurrency)))
+    await asyncio.gather(*(one(i) for i in range(total)))
     elapsed = time.perf_counter() - t0
-    ttft = [arr[0] - start for start, arr, _ in results if arr]
-    itl = [b - a for _, arr, _ in results for a, b in itertools.pairwise(arr)]
-    complete = sum(done for _, _, done in results)
+    ttft = [arr[0] - start for start, arr, _, _ in results if arr]
+    itl = [b - a for _, arr, _, _ in results for a, b in itertools.pairwise(arr)]
+    complete = sum(done for _, _, done, _ in results)
+    streamed = sum((tokens if used is None else used) for _, _, done, used in results if done)
     return {
         "elapsed": elapsed,
-        "tokens_per_s": complete * tokens / elapsed,
+        "tokens_per_s": streamed / elapsed,
+        "streamed": streamed,
         "complete": complete,
+        "requests": total,
         "ttft": ttft,
         "itl": itl,
     }
@@ -89,6 +137,15 @@ def pct(xs: list[float], p: float) -> float:
         return float("nan")
     xs = sorted(xs)
     return xs[min(len(xs) - 1, int(p / 100 * len(xs)))]
+
+
+def raise_open_files(at_least: int) -> None:
+    """Raise this process's open-files limit to ``at_least`` (within the hard limit): one
+    descriptor per connection."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    want = at_least if hard == resource.RLIM_INFINITY else min(at_least, hard)
+    if soft < want:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (want, hard))
 
 
 def free_port() -> int:
@@ -144,18 +201,50 @@ def cpu_times(pid: int, *, children: bool = False) -> tuple[float, float]:
     return user / tick, system / tick
 
 
+def cpu_ns(pid: int, *, children: bool = False) -> int:
+    """Nanoseconds on a CPU of every thread of a process so far (the scheduler's own count,
+    ``/proc/PID/task/*/schedstat``: finer than the clock ticks of ``cpu_times``); with
+    ``children``, with those of the living processes it started."""
+    tree: dict[int, list[int]] = {}
+    for entry in os.listdir("/proc") if children else ():
+        if entry.isdigit():
+            with contextlib.suppress(OSError):
+                tree.setdefault(int(_stat(int(entry))[1]), []).append(int(entry))
+    total = 0
+    todo = [pid]
+    while todo:
+        p = todo.pop()
+        with contextlib.suppress(OSError):
+            for task in os.listdir(f"/proc/{p}/task"):
+                with contextlib.suppress(OSError), open(f"/proc/{p}/task/{task}/schedstat") as f:
+                    total += int(f.read().split()[0])
+        todo += tree.get(p, [])
+    return total
+
+
 async def load_measured(
-    pid: int, port: int, concurrency: int, payload: bytes, tokens: int, *, children: bool = False
+    pid: int,
+    port: int,
+    concurrency: int,
+    payload: bytes | list[bytes],
+    tokens: int,
+    *,
+    children: bool = False,
+    requests: int | None = None,
 ) -> dict:
-    """``load``, with the server's own CPU time per streamed token: ``user_us_per_token`` and
-    ``sys_us_per_token`` (process ``pid``, and with ``children`` those it started, over the
+    """``load``, with the server's own CPU time per streamed token: ``cpu_us_per_token`` (all
+    its threads, from the scheduler's count), ``user_us_per_token`` and ``sys_us_per_token``
+    (from clock ticks) (process ``pid``, and with ``children`` those it started, over the
     round)."""
     user0, sys0 = cpu_times(pid, children=children)
-    run = await load(port, concurrency, payload, tokens)
+    ns0 = cpu_ns(pid, children=children)
+    run = await load(port, concurrency, payload, tokens, requests=requests)
+    ns1 = cpu_ns(pid, children=children)
     user1, sys1 = cpu_times(pid, children=children)
-    streamed = max(run["complete"] * tokens, 1)
+    streamed = max(run["streamed"], 1)
     run["user_us_per_token"] = (user1 - user0) / streamed * 1e6
     run["sys_us_per_token"] = (sys1 - sys0) / streamed * 1e6
+    run["cpu_us_per_token"] = (ns1 - ns0) / streamed / 1e3
     return run
 
 
@@ -166,11 +255,13 @@ def summary(runs: list[dict]) -> dict:
     return {
         "tokens_per_s": round(med["tokens_per_s"]),
         "complete": med["complete"],
+        "requests": med.get("requests", med["complete"]),
         "ttft_p50_ms": round(pct(med["ttft"], 50) * 1e3, 1),
         "ttft_p99_ms": round(pct(med["ttft"], 99) * 1e3, 1),
         "itl_p50_ms": round(pct(med["itl"], 50) * 1e3, 2),
         "itl_p99_ms": round(pct(med["itl"], 99) * 1e3, 2),
         "runs_tokens_per_s": [round(r["tokens_per_s"]) for r in runs],
+        "runs_ttft_p50_ms": [round(pct(r["ttft"], 50) * 1e3, 1) for r in runs],
     } | {
         key: round(pct([r[key] for r in runs], 50), 2)
         for key in ("user_us_per_token", "sys_us_per_token")

@@ -106,6 +106,23 @@ def test_stop_token_ids_and_eos_follow_vllms_finish_codes(echo):
     assert raw["usage"]["completion_tokens"] == 4
 
 
+def test_logprobs_in_frames_of_their_own_read_as_the_inline_ones(echo):
+    # vLLM (and the mock) send arrays of 256 bytes and more as extra frames of the message,
+    # numbered from the message's own frame: 20 top logprobs of 9 prompt tokens travel so, 2 inline.
+    body = {"model": MODEL, "prompt": "one two three four five six seven eight nine ten"}
+    body |= {"max_tokens": 3, "temperature": 0, "echo": True}
+    for top in (2, 20):
+        raw = httpx.post(echo.url + "/v1/completions", json={**body, "logprobs": top}).json()
+        lp = raw["choices"][0]["logprobs"]
+        assert len(lp["tokens"]) > 9 and lp["token_logprobs"][0] is None
+        for token, value, tops in zip(
+            lp["tokens"][1:], lp["token_logprobs"][1:], lp["top_logprobs"][1:]
+        ):
+            assert top <= len(tops) <= top + 1
+            assert list(tops.values()) == sorted(tops.values(), reverse=True)
+            assert tops.get(token, value) == value and value <= 0
+
+
 def test_a_stop_string_aborts_the_engine_request(echo):
     slow = "the end " * 300
     before = echo.engine.engines[0]["in_flight"]

@@ -149,7 +149,7 @@ def test_logprobs_inline_and_in_aux_frames_become_the_frames_logprob_families():
         aux.append(a.tobytes())
         return [a.dtype.str, list(a.shape), len(aux) - 1]
 
-    aux: list = []
+    aux: list = [b"(the message)"]  # vLLM numbers a message's frames from its own, 0
     ids = np.array([[7, 7, 3, 9], [8, 1, 8, 2]], dtype=np.int32)  # sampled, then the top three
     lps = np.array([[-0.1, -0.1, -2.0, -3.0], [-0.5, -0.2, -0.5, -4.0]], dtype=np.float32)
     prompt_ids = np.array([[5, 5, 6, 1]], dtype=np.int64)
@@ -173,8 +173,9 @@ def test_logprobs_inline_and_in_aux_frames_become_the_frames_logprob_families():
     assert ex["out_topk"]["poslens"].tolist() == [2, 2]
     assert ex["out_topk"]["ids"].tolist() == [7, 3, 1, 8]
     assert ex["in_lp"]["ids"].tolist() == [5] and ex["in_topk"]["ids"].tolist() == [5]
-    with pytest.raises(wire.CodecError):
-        wire.decode_array(["<i4", [2, 2], 5], aux)
+    for bad in (5, 0):  # no such frame; the message's own
+        with pytest.raises(wire.CodecError):
+            wire.decode_array(["<i4", [2, 2], bad], aux)
 
 
 def test_a_request_for_no_tokens_gets_none_of_the_one_vllm_makes():

@@ -530,7 +530,7 @@ class VllmEngine:
                                 self._prompt_lens,
                                 self._max_tokens,
                                 self._logprobs or None,
-                                [f.buffer for f in frames[1:]],
+                                [f.buffer for f in frames],
                             )
                         except CodecError as exc:
                             self._malformed(buf, exc, msg.engine_index)

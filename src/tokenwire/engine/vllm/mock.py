@@ -1,12 +1,19 @@
 """``tokenwire mock-engine``: the synthetic engine behind the engine side of vLLM's protocol.
 
-It does what a headless vLLM engine does on the wire: dials the frontend's handshake address,
-says HELLO, takes the init metadata, connects a DEALER to every input address and a PUSH to every
-output address, sends its ready response on each, says READY; then serves ADD, ABORT and UTILITY
-and sends ``EngineCoreOutputs`` with vLLM's layout, one message per step per frontend with outputs
-in it, the step's scheduler stats on one of them only (as vLLM's scheduler does). Any vLLM
-frontend can drive it: tokenwire's own, or stock ``vllm serve`` waiting for a remote engine, so
-both are measured over the same engine with no GPU.
+It does what a headless vLLM 0.32 engine does on the wire, message for message and field for
+field: dials the frontend's handshake address, says HELLO, takes the init metadata, connects a
+DEALER to every input address and a PUSH to every output address, sends its ready response (every
+field of ``EngineCoreReadyResponse``) on each, says READY; then serves ADD, ABORT and UTILITY and
+sends ``EngineCoreOutputs`` with vLLM's whole layout: one message per step per frontend with
+outputs in it, the step's full ``SchedulerStats`` on one of them only (the first, or alone to
+frontend 0 when the step has no outputs), a request's queued/scheduled events and prefill stats
+on its first output, its logprobs as ``LogprobsLists`` and prompt logprobs as ``LogprobsTensors``
+(inline below 256 bytes, else in frames of their own), and after a step that finished the last
+requests (or an abort that did), the stats-only message of the step vLLM's scheduler runs to
+report them. Utility calls get a GPU engine's answers (no LoRA, no sleep mode). Any vLLM frontend
+can drive it: tokenwire's own, stock ``vllm serve`` waiting for a remote engine, or SGLang's Rust
+gateway (whose decoder refuses messages missing any of these fields), so all are measured over
+the same engine with no GPU.
 """
 
 from __future__ import annotations
@@ -15,8 +22,10 @@ import asyncio
 import contextlib
 import logging
 import signal
+import time
 from typing import Any
 
+import numpy as np
 import zmq
 import zmq.asyncio
 
@@ -36,16 +45,59 @@ __all__ = ["MockEngine"]
 
 log = logging.getLogger("tokenwire.mock_engine")
 
-#: Utility methods stock vLLM frontends call, and the answers of an engine that only generates.
+#: Utility methods vLLM's frontends and SGLang's gateway call, and what a vLLM 0.32 engine with
+#: no LoRA and no sleep mode answers: a result, or (``_Failed``) a failure message.
 _UTILITY_RESULTS: dict[str, Any] = {
     "get_supported_tasks": ["generate"],
     "is_sleeping": False,
+    "is_scheduler_paused": False,
     "reset_prefix_cache": True,
     "reset_mm_cache": None,
     "reset_encoder_cache": None,
-    "list_loras": [],
-    "profile": None,
+    "get_weight_version": wire.WEIGHT_VERSION,
+    "execute_dummy_batch": None,
 }
+
+
+class _Failed(str):
+    """A utility call's failure message."""
+
+
+_UTILITY_RESULTS["list_loras"] = _Failed(
+    "Call to list_loras method failed: Worker failed with error 'LoRA is not enabled. Use "
+    "--enable-lora to enable LoRA.', please check the stack trace above for the root cause"
+)
+
+#: The KV cache block size the mock reports and accounts its usage in (a GPU engine's default).
+BLOCK_SIZE = 16
+
+
+class _Req:
+    """What the mock keeps of one request in flight."""
+
+    __slots__ = (
+        "blocks",
+        "client",
+        "eos",
+        "first",
+        "logprobs",
+        "prompt_len",
+        "prompt_logprobs",
+        "queued",
+        "tokens",
+    )
+
+    def __init__(self, add: wire.AddRequest) -> None:
+        sp = add.sampling
+        self.client = add.client_index
+        self.eos: int | None = sp.get("_eos_token_id")
+        self.prompt_len = len(add.prompt_ids)
+        self.logprobs: int | None = sp.get("logprobs")
+        self.prompt_logprobs: int | None = sp.get("prompt_logprobs")
+        self.queued = time.monotonic()
+        self.first = True
+        self.tokens = self.prompt_len
+        self.blocks = 0
 
 
 class MockEngine:
@@ -67,11 +119,14 @@ class MockEngine:
         self.identity = wire.engine_identity(rank)
         self.max_model_len = max_model_len or tokenizer.max_model_len or 4096
         self.max_batch_size = config.max_batch_size
+        #: KV cache blocks: room for a full batch at the longest context.
+        self.num_blocks = max(1, -(-self.max_model_len // BLOCK_SIZE) * self.max_batch_size)
+        self._blocks_used = 0
         self._ctx: zmq.asyncio.Context | None = None
         self._inputs: list[zmq.asyncio.Socket] = []
         self._outputs: list[zmq.Socket] = []
-        self._clients: dict[str, int] = {}  # rid -> client index
-        self._eos: dict[str, int | None] = {}  # rid -> the EOS id its frontend gave
+        self._reqs: dict[str, _Req] = {}
+        self._prefix_reset = False
         self.stats = {"added": 0, "aborted": 0}
 
     async def run(self, *, ready: asyncio.Event | None = None) -> None:
@@ -91,6 +146,21 @@ class MockEngine:
                 sock.close(linger=0)
             self._ctx.destroy(linger=0)
 
+    def ready_response(self) -> bytes:
+        """This engine's ``EngineCoreReadyResponse``."""
+        tokens = self.num_blocks * BLOCK_SIZE
+        return wire.encode_ready_response(
+            max_model_len=self.max_model_len,
+            data_parallel_rank=self.rank,
+            max_num_seqs=self.max_batch_size,
+            num_gpu_blocks=self.num_blocks,
+            block_size=BLOCK_SIZE,
+            kv_cache_size_tokens=tokens,
+            kv_cache_max_concurrency=tokens / self.max_model_len,
+            effective_attention_block_size=BLOCK_SIZE,
+            instance_id=str(id(self)),
+        )
+
     async def _handshake(self) -> None:
         assert self._ctx is not None
         hs = self._ctx.socket(zmq.DEALER)
@@ -100,13 +170,7 @@ class MockEngine:
         await hs.send(wire.encode_handshake("HELLO"))
         log.info("rank %d: said hello to %s", self.rank, self.handshake_address)
         inputs, outputs = wire.decode_init(await hs.recv())
-        ready = wire.encode_ready_response(
-            max_model_len=self.max_model_len,
-            data_parallel_rank=self.rank,
-            max_num_seqs=self.max_batch_size,
-            num_gpu_blocks=max(1, self.max_model_len * self.max_batch_size // 16),
-            kv_cache_size_tokens=self.max_model_len * self.max_batch_size,
-        )
+        ready = self.ready_response()
         for address in inputs:
             sock = self._ctx.socket(zmq.DEALER)
             sock.setsockopt(zmq.IDENTITY, self.identity)
@@ -138,10 +202,9 @@ class MockEngine:
                     self._add(wire.decode_add(payload))
                 elif kind == wire.ABORT:
                     rids = wire._decode_any(payload)
-                    for rid in rids:
-                        self._abort(rid)
-                    if rids:
-                        self._send_stats(client)
+                    if sum(self._abort(rid) for rid in rids) and self._idle():
+                        # vLLM's scheduler runs one more step to report the finished requests.
+                        self._send(0, self._message([], stats=True))
                 elif kind == wire.UTILITY:
                     self._utility(payload)
                 else:
@@ -151,81 +214,188 @@ class MockEngine:
 
     def _add(self, add: wire.AddRequest) -> None:
         params = wire.sampling_params_from_map(add.sampling)
-        self._clients[add.rid] = add.client_index
-        self._eos[add.rid] = add.sampling.get("_eos_token_id")
+        req = _Req(add)
+        if req.eos is not None and not params.ignore_eos:
+            # vLLM's engine stops on the EOS id its frontend names (stop reason nil).
+            params.stop_token_ids = [*(params.stop_token_ids or []), req.eos]
+        self._reqs[add.rid] = req
         self.stats["added"] += 1
         self.synthetic.submit(EngineRequest(add.rid, add.prompt_ids, params))
 
-    def _abort(self, rid: str) -> None:
-        if self._clients.pop(rid, None) is not None:
-            self._eos.pop(rid, None)
-            self.stats["aborted"] += 1
-            self.synthetic.abort(rid)
+    def _abort(self, rid: str) -> bool:
+        req = self._reqs.pop(rid, None)
+        if req is None:
+            return False
+        self._blocks_used -= req.blocks
+        self.stats["aborted"] += 1
+        self.synthetic.abort(rid)
+        return True
+
+    def _idle(self) -> bool:
+        return not self.synthetic.running and not self.synthetic.waiting
 
     def _utility(self, payload: bytes) -> None:
         client_index, call_id, method, _args = wire._decode_any(payload)
-        if method in _UTILITY_RESULTS:
-            out = wire.UtilityOutput(call_id, None, [None, _UTILITY_RESULTS[method]])
+        result = _UTILITY_RESULTS.get(method, _Failed(_no_method(method)))
+        if isinstance(result, _Failed):
+            out = wire.UtilityOutput(call_id, str(result), None)
         else:
-            out = wire.UtilityOutput(call_id, f"mock engine: no utility method {method!r}", None)
-        msg = wire.EngineCoreOutputs(engine_index=self.rank, utility_output=out)
-        self._outputs[client_index].send(wire.encode_outputs(msg), copy=False)
+            out = wire.UtilityOutput(call_id, None, [None, result])
+            if method == "reset_prefix_cache":
+                self._prefix_reset = True
+        msg = wire.StepOutputs(self.rank, [], None, time.monotonic(), out)
+        self._send(client_index, msg)
+
+    def _send(self, client: int, msg: wire.StepOutputs, aux: list[bytes] | None = None) -> None:
+        if aux:
+            self._outputs[client].send_multipart([wire.encode_outputs(msg), *aux], copy=False)
+        else:
+            self._outputs[client].send(wire.encode_outputs(msg), copy=False)
+
+    def _message(
+        self,
+        outputs: list[wire.StepOutput],
+        *,
+        stats: bool,
+        prefix: tuple[int, int] = (0, 0),
+        now: float | None = None,
+    ) -> wire.StepOutputs:
+        scheduler_stats = None
+        if stats:
+            scheduler_stats = wire.scheduler_stats_map(
+                self.synthetic.running,
+                self.synthetic.waiting,
+                self._blocks_used / self.num_blocks,
+                prefix_requests=prefix[0],
+                prefix_queries=prefix[1],
+                prefix_reset=self._prefix_reset,
+            )
+            self._prefix_reset = False
+        return wire.StepOutputs(
+            self.rank,
+            outputs,
+            scheduler_stats,
+            time.monotonic() if now is None else now,
+            weight_version=wire.WEIGHT_VERSION,
+        )
 
     def _on_frame(self, frame: Any) -> None:
         """A synthetic-engine frame, re-sent as vLLM ``EngineCoreOutputs`` to each frontend."""
-        rows: dict[int, list[tuple[str, list[int], int | None, int | str | None]]] = {}
-        clients = self._clients
+        now = time.monotonic()
+        rows: dict[int, list[wire.StepOutput]] = {}
+        aux: dict[int, list[bytes]] = {}
+        reqs = self._reqs
+        finished = False
+        new_reqs = new_tokens = 0
         if frame[0] == EGRESS_TAG_ERROR:
             rid, _message = decode_error_frame(frame)
-            client = clients.pop(rid, None)
-            if client is not None:
-                self._eos.pop(rid, None)
-                rows.setdefault(client, []).append((rid, [], wire.FINISH_ERROR, None))
+            req = reqs.pop(rid, None)
+            if req is not None:
+                finished = True
+                self._blocks_used -= req.blocks
+                out = wire.StepOutput(rid, [], finish_reason=wire.FINISH_ERROR)
+                rows.setdefault(req.client, []).append(out)
         elif frame[0] == EGRESS_TAG_BATCH:
             decoded = decode_batch_frame(frame)
             ids = decoded.token_ids.tolist()
+            extras = decoded.has_extras
             pos = 0
-            for rid, n, fin in zip(decoded.rids, decoded.tok_lens, decoded.finish_reasons):
+            for i, (rid, n, fin) in enumerate(
+                zip(decoded.rids, decoded.tok_lens, decoded.finish_reasons)
+            ):
                 new = ids[pos : pos + n]
                 pos += n
-                client = clients.get(rid)
-                if client is None:
+                req = reqs.get(rid)
+                if req is None:
                     continue
-                code: int | None = None
-                reason: int | str | None = None
+                out = wire.StepOutput(rid, new)
+                if req.first:
+                    req.first = False
+                    if req.prompt_logprobs is None:
+                        # (vLLM's scheduler does not look a request up in its prefix cache
+                        # when it asks for prompt logprobs.)
+                        new_reqs += 1
+                        new_tokens += req.prompt_len
+                    out.events = [
+                        {"type": wire.EVENT_QUEUED, "timestamp": req.queued},
+                        {"type": wire.EVENT_SCHEDULED, "timestamp": now},
+                    ]
+                    out.prefill_stats = wire.prefill_stats_map(req.prompt_len)
+                if extras:
+                    got = decoded.extras_at(i)
+                    if got:
+                        _logprobs(out, req, got, aux.setdefault(req.client, []))
+                req.tokens += n
+                blocks = -(-req.tokens // BLOCK_SIZE)
+                self._blocks_used += blocks - req.blocks
+                req.blocks = blocks
                 if fin is not None:
-                    del clients[rid]
-                    eos = self._eos.pop(rid, None)
+                    del reqs[rid]
+                    finished = True
+                    self._blocks_used -= req.blocks
                     if fin.kind == "stop":
-                        code = wire.FINISH_STOP
+                        out.finish_reason = wire.FINISH_STOP
                         matched = fin.matched()
-                        reason = None if matched == eos else matched  # type: ignore[assignment]
+                        out.stop_reason = None if matched == req.eos else matched  # type: ignore[assignment]
                     elif fin.kind == "length":
-                        code = wire.FINISH_LENGTH
+                        out.finish_reason = wire.FINISH_LENGTH
                     else:
-                        code = wire.FINISH_ABORT
-                rows.setdefault(client, []).append((rid, new, code, reason))
+                        out.finish_reason = wire.FINISH_ABORT
+                rows.setdefault(req.client, []).append(out)
         # As vLLM's scheduler does: the step's stats ride with one frontend's outputs only (the
-        # first's), or alone to client 0 when the step has none.
-        stats: dict[str, Any] | None = self._stats()
-        for client, client_rows in rows.items() or [(0, [])]:
-            msg = wire.outputs_for_step(self.rank, client_rows, stats=stats)
-            self._outputs[client].send(wire.encode_outputs(msg), copy=False)
-            stats = None
+        # first's), or alone to frontend 0 when the step has none.
+        stats = True
+        for client, outs in rows.items() or [(0, [])]:
+            msg = self._message(outs, stats=stats, prefix=(new_reqs, new_tokens), now=now)
+            self._send(client, msg, aux.get(client))
+            stats = False
+        if finished and self._idle():
+            # The step vLLM's scheduler runs to report requests finished in the last one.
+            self._send(0, self._message([], stats=True))
 
-    def _stats(self) -> dict[str, Any]:
-        running = self.synthetic.running
-        return {
-            "num_running_reqs": running,
-            "num_waiting_reqs": self.synthetic.waiting,
-            "kv_cache_usage": running / self.max_batch_size,
-        }
 
-    def _send_stats(self, client: int) -> None:
-        """Scheduler stats alone, to the frontend that aborted (vLLM reports the aborted requests
-        to it in its next step, with the stats)."""
-        msg = wire.outputs_for_step(self.rank, [], stats=self._stats())
-        self._outputs[client].send(wire.encode_outputs(msg), copy=False)
+def _no_method(method: str) -> str:
+    return f"Call to {method} method failed: 'EngineCoreProc' object has no attribute '{method}'"
+
+
+def _top(
+    chosen: dict[str, Any], top: dict[str, Any] | None, k: int
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """``(ids, logprobs)`` of shape ``[positions, 1 + k]`` (column 0 the chosen token) and the
+    chosen tokens' ranks (1 for the most likely; ``k + 1`` when not among the top ``k``)."""
+    ids0 = np.asarray(chosen["ids"], dtype=np.int32)
+    lps0 = np.asarray(chosen["values"], dtype=np.float32)
+    n = len(ids0)
+    ids = np.zeros((n, k + 1), dtype=np.int32)
+    lps = np.full((n, k + 1), -np.inf, dtype=np.float32)
+    ids[:, 0] = ids0
+    lps[:, 0] = lps0
+    ranks = np.full(n, k + 1, dtype=np.int64)
+    if top is not None and k:
+        lens = np.asarray(top["poslens"], dtype=np.int64)
+        tid = np.asarray(top["ids"], dtype=np.int32)
+        tlp = np.asarray(top["values"], dtype=np.float32)
+        at = 0
+        for row in range(n):
+            m = min(int(lens[row]), k)
+            ids[row, 1 : 1 + m] = tid[at : at + m]
+            lps[row, 1 : 1 + m] = tlp[at : at + m]
+            hit = np.flatnonzero(tid[at : at + m] == ids0[row])
+            if hit.size:
+                ranks[row] = hit[0] + 1
+            at += int(lens[row])
+    return ids, lps, ranks
+
+
+def _logprobs(out: wire.StepOutput, req: _Req, got: dict[str, Any], aux: list[bytes]) -> None:
+    """A request's logprobs of the step, in vLLM's types (arrays past the inline limit go to
+    ``aux``, the message's extra frames)."""
+    if req.logprobs is not None and "out_lp" in got:
+        ids, lps, ranks = _top(got["out_lp"], got.get("out_topk"), req.logprobs)
+        out.new_logprobs = wire.logprobs_lists(ids, lps, ranks, aux)
+    if req.prompt_logprobs is not None and "in_lp" in got:
+        ids, lps, ranks = _top(got["in_lp"], got.get("in_topk"), req.prompt_logprobs)
+        out.new_prompt_logprobs_tensors = wire.logprobs_tensors(ids, lps, ranks, aux)
 
 
 def run_mock_engine(

@@ -49,15 +49,22 @@ __all__ = [
     "EngineCoreOutputs",
     "EngineEos",
     "OutputBatch",
+    "StepOutput",
+    "StepOutputs",
     "UtilityOutput",
     "decode_add",
     "decode_array",
     "logprob_arrays",
+    "logprobs_lists",
+    "logprobs_tensors",
+    "prefill_stats_map",
+    "scheduler_stats_map",
     "decode_handshake",
     "decode_outputs",
     "decode_ready_response",
     "encode_abort",
     "encode_add",
+    "encode_array",
     "encode_handshake",
     "encode_init",
     "encode_outputs",
@@ -140,15 +147,20 @@ def decode_init(payload: bytes) -> tuple[list[str], list[str]]:
         raise CodecError(f"init metadata without addresses: {msg!r:.200}") from None
 
 
+#: vLLM's version the engine side of this module writes (the layouts are 0.32's).
+VLLM_VERSION = "0.32.0"
+
+
 def encode_ready_response(**fields: Any) -> bytes:
-    """An engine's ready response (``EngineCoreReadyResponse`` as a map)."""
+    """An engine's ready response (``EngineCoreReadyResponse`` as a map, every field of vLLM
+    0.32's, as a GPU engine with no LoRA, no KV events and no sleep mode fills them)."""
     base: dict[str, Any] = {
         "max_model_len": 4096,
         "num_gpu_blocks": 0,
         "block_size": 16,
         "dp_stats_address": None,
         "dtype": "bfloat16",
-        "vllm_version": "0.32.0",
+        "vllm_version": VLLM_VERSION,
         "world_size": 1,
         "data_parallel_size": 1,
         "tensor_parallel_size": 1,
@@ -157,9 +169,17 @@ def encode_ready_response(**fields: Any) -> bytes:
         "data_parallel_rank": 0,
         "max_num_seqs": 256,
         "max_num_batched_tokens": 8192,
-        "instance_id": "tokenwire-mock",
+        "instance_id": "0",
         "supports_lora": False,
         "max_loras": 0,
+        "mamba_block_size": None,
+        "kv_cache_size_tokens": None,
+        "kv_cache_max_concurrency": None,
+        "kv_events_config": None,
+        "weight_transfer_backend": None,
+        "enable_sleep_mode": False,
+        "supports_draft_weight_updates": False,
+        "effective_attention_block_size": None,
     }
     base.update(fields)
     return _encode(base)
@@ -349,7 +369,8 @@ def decode_add(payload: bytes) -> AddRequest:
 
 def sampling_params_from_map(sp: dict[str, Any]) -> SamplingParams:
     """tokenwire's ``SamplingParams`` for a vLLM sampling-params map (what a mock engine honours:
-    length, min length, token stops, EOS only when ``_eos_token_id`` is given, seed)."""
+    length, min length, token stops, EOS only when ``_eos_token_id`` is given, seed, logprobs
+    and prompt logprobs)."""
     temperature = float(sp.get("temperature", 1.0))
     top_k = int(sp.get("top_k", 0) or 0)
     params = SamplingParams(
@@ -360,6 +381,8 @@ def sampling_params_from_map(sp: dict[str, Any]) -> SamplingParams:
         sampling_seed=sp.get("seed"),
         temperature=1.0 if temperature < 1e-6 else temperature,
         top_k=1 if temperature < 1e-6 else (top_k if top_k > 0 else TOP_K_ALL),
+        logprobs=sp.get("logprobs"),
+        prompt_logprobs=sp.get("prompt_logprobs"),
     )
     params.normalized = True
     return params
@@ -422,7 +445,7 @@ _outputs_decoder = msgspec.msgpack.Decoder(EngineCoreOutputs, ext_hook=_ext_hook
 _outputs_encoder = msgspec.msgpack.Encoder()
 
 
-def encode_outputs(outputs: EngineCoreOutputs) -> bytes:
+def encode_outputs(outputs: EngineCoreOutputs | StepOutputs) -> bytes:
     """An engine's output message."""
     return _outputs_encoder.encode(outputs)
 
@@ -523,12 +546,15 @@ _REPETITION = FinishReason.from_json({"type": "repetition"})
 _TORCH_DTYPES = {"int64": "<i8", "int32": "<i4", "float32": "<f4", "float16": "<f2"}
 
 
-def decode_array(spec: Any, aux: Sequence[Any]) -> np.ndarray:
+def decode_array(spec: Any, frames: Sequence[Any]) -> np.ndarray:
     """An array as vLLM's encoder writes it: ``(dtype, shape, data)``, the data inline (raw
-    bytes) or the index of an aux frame of the message."""
+    bytes) or the index of one of the message's ``frames`` (vLLM numbers them from the message's
+    own frame, 0: the first extra frame is 1)."""
     try:
         dtype, shape, data = spec
-        buf = aux[data] if isinstance(data, int) else data
+        if isinstance(data, int) and not 0 < data < len(frames):
+            raise IndexError(f"no frame {data}")
+        buf = frames[data] if isinstance(data, int) else data
         if dtype == "bfloat16":
             arr = (np.frombuffer(buf, "<u2").astype("<u4") << 16).view("<f4")
         else:
@@ -538,15 +564,15 @@ def decode_array(spec: Any, aux: Sequence[Any]) -> np.ndarray:
         raise CodecError(f"array: {exc}") from None
 
 
-def logprob_arrays(value: Any, aux: Sequence[Any]) -> tuple[np.ndarray, np.ndarray] | None:
+def logprob_arrays(value: Any, frames: Sequence[Any]) -> tuple[np.ndarray, np.ndarray] | None:
     """``(token ids, logprobs)``, each ``[positions, 1 + top]`` (column 0 the sampled or prompt
     token), from a decoded ``LogprobsLists`` or ``LogprobsTensors`` field; None when it is nil."""
     if value is None:
         return None
     if not isinstance(value, list) or len(value) < 2:
         raise CodecError("logprobs are not a (token ids, logprobs, ...) tuple")
-    ids = decode_array(value[0], aux)
-    lps = decode_array(value[1], aux)
+    ids = decode_array(value[0], frames)
+    lps = decode_array(value[1], frames)
     if ids.ndim != 2 or ids.shape != lps.shape:
         raise CodecError("logprob arrays of different shapes")
     return ids.astype(np.int32, copy=False), lps.astype(np.float32, copy=False)
@@ -611,13 +637,13 @@ def to_batch(
     prompt_lens: dict[str, int],
     max_tokens: dict[str, int | None],
     logprobs: dict[str, tuple[int, int]] | None = None,
-    aux: Sequence[Any] = (),
+    frames: Sequence[Any] = (),
 ) -> OutputBatch:
     """Columns for the shard from one step's outputs. ``prompt_lens``, ``max_tokens`` and
     ``logprobs`` (top counts for output and prompt tokens, for requests that asked) are the
-    frontend's per-request records (the engine does not repeat them); ``aux`` are the message's
-    extra frames, where large logprob arrays travel. A request that asked for no tokens
-    (``max_tokens`` 0: vLLM made one) gets none."""
+    frontend's per-request records (the engine does not repeat them); ``frames`` are the
+    message's frames (its own first, then the extra ones where large logprob arrays travel). A
+    request that asked for no tokens (``max_tokens`` 0: vLLM made one) gets none."""
     n = len(outputs)
     if logprobs is None and not any(max_tokens.get(o.request_id, 1) == 0 for o in outputs):
         # The common step: columns by comprehension, the finished few looked at one by one.
@@ -647,7 +673,7 @@ def to_batch(
         prompts = [get(rid, 0) for rid in rids]
         decoded = Decoded(True, rids, tok_lens, token_ids, finishes, prompts)
         return OutputBatch(decoded, errors, finished)
-    return _to_batch_general(outputs, prompt_lens, max_tokens, logprobs, aux)
+    return _to_batch_general(outputs, prompt_lens, max_tokens, logprobs, frames)
 
 
 def _error_message(code: int) -> str:
@@ -677,7 +703,7 @@ def _to_batch_general(
     prompt_lens: dict[str, int],
     max_tokens: dict[str, int | None],
     logprobs: dict[str, tuple[int, int]] | None,
-    aux: Sequence[Any],
+    frames: Sequence[Any],
 ) -> OutputBatch:
     """``to_batch`` request by request: logprobs, requests that asked for no tokens."""
     rids: list[str] = []
@@ -712,9 +738,11 @@ def _to_batch_general(
                     lp_out.add(None, 0)
                     lp_in.add(None, 0)
             top_out, top_in = logprobs.get(rid, (-1, -1))
-            got = logprob_arrays(out.new_logprobs, aux) if top_out >= 0 else None
+            got = logprob_arrays(out.new_logprobs, frames) if top_out >= 0 else None
             lp_out.add(None if got is None else (got[0][: len(ids)], got[1][: len(ids)]), top_out)
-            got_in = logprob_arrays(out.new_prompt_logprobs_tensors, aux) if top_in >= 0 else None
+            got_in = (
+                logprob_arrays(out.new_prompt_logprobs_tensors, frames) if top_in >= 0 else None
+            )
             lp_in.add(got_in, top_in)
         rids.append(rid)
         tok_lens.append(len(ids))
@@ -730,21 +758,180 @@ def _to_batch_general(
     return OutputBatch(decoded, errors, finished)
 
 
+# ---- engine side of outputs ----------------------------------------------------------------------
+
+
+class StepOutput(msgspec.Struct, array_like=True, gc=False):
+    """``EngineCoreOutput`` as an engine writes it: every field of vLLM 0.32's layout (an
+    ``array_like`` struct is written whole, defaults included, as vLLM's is)."""
+
+    request_id: str
+    new_token_ids: list[int]
+    new_logprobs: Any = None
+    new_prompt_logprobs_tensors: Any = None
+    pooling_output: Any = None
+    finish_reason: int | None = None
+    stop_reason: int | str | None = None
+    #: ``[{"type": QUEUED (1) | SCHEDULED (2) | PREEMPTED (3), "timestamp": monotonic}]``, on a
+    #: request's first output.
+    events: list[dict[str, Any]] | None = None
+    kv_transfer_params: Any = None
+    ec_transfer_params: Any = None
+    trace_headers: Any = None
+    #: ``PrefillStats`` as a map, on a request's first output.
+    prefill_stats: dict[str, int] | None = None
+    routed_experts: Any = None
+    num_nans_in_logits: int = 0
+    mm_cache_miss_hashes: Any = None
+    new_sampling_mask: Any = None
+    spec_decode_metrics: Any = None
+    prompt_token_id_logprobs: Any = None
+
+
+class StepOutputs(msgspec.Struct, array_like=True, gc=False):
+    """``EngineCoreOutputs`` as an engine writes it (all nine fields of vLLM 0.32's)."""
+
+    engine_index: int = 0
+    outputs: list[StepOutput] = []
+    #: ``SchedulerStats`` as a map (``scheduler_stats_map``).
+    scheduler_stats: dict[str, Any] | None = None
+    timestamp: float = 0.0
+    utility_output: UtilityOutput | None = None
+    finished_requests: list[str] | None = None
+    wave_complete: int | None = None
+    start_wave: int | None = None
+    #: What a step's message carries (``"default"`` until weights are updated); nil on replies
+    #: to utility calls.
+    weight_version: str | None = None
+
+
+#: A step's message's weight version, as an engine whose weights were never updated sets it.
+WEIGHT_VERSION = "default"
+EVENT_QUEUED = 1
+EVENT_SCHEDULED = 2
+
+
+def prefill_stats_map(prompt_len: int, cached: int = 0) -> dict[str, int]:
+    """``PrefillStats`` of a prompt of ``prompt_len`` tokens, ``cached`` of them found cached."""
+    return {
+        "num_prompt_tokens": prompt_len,
+        "num_computed_tokens": prompt_len - cached,
+        "num_cached_tokens": cached,
+        "num_local_cached_tokens": cached,
+        "num_external_cached_tokens": 0,
+        "num_cache_creation_tokens": 0,
+    }
+
+
+def scheduler_stats_map(
+    running: int,
+    waiting: int,
+    kv_cache_usage: float,
+    *,
+    prefix_requests: int = 0,
+    prefix_queries: int = 0,
+    prefix_hits: int = 0,
+    prefix_reset: bool = False,
+) -> dict[str, Any]:
+    """``SchedulerStats`` as vLLM 0.32's engine writes it: every field, and the prefix-cache
+    stats of the requests first scheduled in the step (``reset`` after ``reset_prefix_cache``)."""
+    return {
+        "num_running_reqs": running,
+        "num_waiting_reqs": waiting,
+        "num_skipped_waiting_reqs": 0,
+        "num_kv_fetch_reqs_by_stage": {
+            "waiting_to_start": 0,
+            "in_progress": 0,
+            "completed_waiting": 0,
+        },
+        "step_counter": 0,
+        "current_wave": 0,
+        "kv_cache_usage": float(kv_cache_usage),
+        "iteration_details": None,
+        "prefix_cache_stats": {
+            "reset": prefix_reset,
+            "requests": prefix_requests,
+            "queries": prefix_queries,
+            "hits": prefix_hits,
+            "preempted_requests": 0,
+            "preempted_queries": 0,
+            "preempted_hits": 0,
+            "hits_by_source": {},
+        },
+        "connector_prefix_cache_stats": None,
+        "kv_cache_eviction_events": [],
+        "spec_decoding_stats": None,
+        "kv_connector_stats": None,
+        "ec_connector_stats": None,
+        "waiting_lora_adapters": {},
+        "running_lora_adapters": {},
+        "cudagraph_stats": None,
+        "perf_stats": None,
+    }
+
+
+#: Arrays at least this large travel as frames of their own (vLLM's
+#: ``VLLM_MSGPACK_ZERO_COPY_THRESHOLD``), smaller ones inline.
+ZERO_COPY_THRESHOLD = 256
+
+
+def encode_array(arr: np.ndarray, aux: list[bytes], dtype_name: str | None = None) -> list[Any]:
+    """An array as vLLM's encoder writes it: ``[dtype, shape, data]``, the data inline (raw view
+    extension) below ``ZERO_COPY_THRESHOLD`` bytes, else the index of a frame appended to
+    ``aux`` (index 1 is the frame after the message's own, as vLLM numbers them). Numpy arrays
+    name their dtype as numpy does (``<i4``), tensors as torch does (``dtype_name``: ``int32``)."""
+    arr = np.ascontiguousarray(arr)
+    name = dtype_name or arr.dtype.str
+    data = arr.tobytes()
+    if len(data) < ZERO_COPY_THRESHOLD:
+        return [name, list(arr.shape), msgspec.msgpack.Ext(_RAW_VIEW, data)]
+    aux.append(data)
+    return [name, list(arr.shape), len(aux)]
+
+
+def logprobs_lists(
+    ids: np.ndarray, logprobs: np.ndarray, ranks: np.ndarray, aux: list[bytes]
+) -> list[Any]:
+    """vLLM's ``LogprobsLists`` (a step's sampled-token logprobs: ``ids`` and ``logprobs`` of
+    shape ``[tokens, 1 + top]``, column 0 the sampled token, ``ranks`` its rank)."""
+    return [
+        encode_array(ids.astype("<i4", copy=False), aux),
+        encode_array(logprobs.astype("<f4", copy=False), aux),
+        encode_array(ranks.astype("<i8", copy=False), aux),
+        None,
+    ]
+
+
+def logprobs_tensors(
+    ids: np.ndarray, logprobs: np.ndarray, ranks: np.ndarray, aux: list[bytes]
+) -> list[Any]:
+    """vLLM's ``LogprobsTensors`` (prompt logprobs, torch tensors on the wire: one row per
+    prompt token after the first)."""
+    return [
+        encode_array(ids.astype("<i4", copy=False), aux, "int32"),
+        encode_array(logprobs.astype("<f4", copy=False), aux, "float32"),
+        encode_array(ranks.astype("<i4", copy=False), aux, "int32"),
+        None,
+        None,
+    ]
+
+
 def outputs_for_step(
     engine_index: int,
     rows: Iterable[tuple[str, list[int], int | None, int | str | None]],
     *,
     stats: dict[str, Any] | None = None,
     timestamp: float | None = None,
-) -> EngineCoreOutputs:
+) -> StepOutputs:
     """An engine's message for one step: ``(rid, new ids, finish code, stop reason)`` rows, and
-    scheduler stats (``num_running_reqs``, ``num_waiting_reqs``, ``kv_cache_usage``, ...)."""
-    return EngineCoreOutputs(
+    scheduler stats (a ``SchedulerStats`` map)."""
+    return StepOutputs(
         engine_index=engine_index,
         outputs=[
-            EngineCoreOutput(rid, ids, finish_reason=code, stop_reason=reason)
+            StepOutput(rid, ids, finish_reason=code, stop_reason=reason)
             for rid, ids, code, reason in rows
         ],
-        scheduler_stats=_NIL if stats is None else msgspec.Raw(_encode(stats)),
+        scheduler_stats=stats,
         timestamp=time.monotonic() if timestamp is None else timestamp,
+        weight_version=WEIGHT_VERSION,
     )
