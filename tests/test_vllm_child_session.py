@@ -31,11 +31,6 @@ def _ids(pid: int) -> tuple[int, int]:
     return int(fields[2]), int(fields[3])
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="launch.die_with_parent calls os.setsid(); the fix is os.setpgid(0, 0) (the "
-    "mock branch's report): launch.py is being restructured",
-)
 def test_the_vllm_child_runs_in_tokenwires_session_in_a_group_of_its_own(tmp_path):
     data = resources.files("tokenwire") / "_data" / "qwen3"
     (tmp_path / "tokenizer.json").write_bytes(

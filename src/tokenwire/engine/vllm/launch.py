@@ -37,8 +37,11 @@ def free_port(host: str = "127.0.0.1") -> int:
 
 
 def die_with_parent() -> None:  # pragma: no cover - runs in the child between fork and exec
-    """For ``preexec_fn``: a session of its own, and SIGTERM when the parent dies."""
-    os.setsid()
+    """For ``preexec_fn``: a process group of its own (so it can be stopped as a whole, and a
+    terminal's Ctrl-C goes to tokenwire, which stops it), and SIGTERM when the parent dies. It
+    stays in tokenwire's session: Linux shares CPU time between sessions first (autogroups), and
+    an engine in a session of its own would compete with its frontend as a stranger."""
+    os.setpgid(0, 0)
     if sys.platform.startswith("linux"):
         import ctypes
 
