@@ -372,7 +372,7 @@ def test_faults(tok):
     )
     assert any(f[0] == EGRESS_TAG_ERROR for f in frames)
     per, _ = outputs(frames)
-    assert per["a"][0] == tok.vocab_size
+    assert per["a"][0] == tok.model_vocab_size
     frames, engine = run_engine(
         tok,
         SyntheticConfig(output="echo"),

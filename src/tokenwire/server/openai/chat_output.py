@@ -35,7 +35,8 @@ class ChoiceOutput:
         self.parallel = parallel
 
         def token_chars(ids: Sequence[int]) -> list[int]:
-            return [len(tok.decode([i], skip)) for i in ids]
+            # (an id the tokenizer lacks, a model's padding row, has no text)
+            return [len(tok.decode([i], skip)) if tok.is_known(i) else 0 for i in ids]
 
         self.parser: OutputParser = spec.new(token_chars)
         self.fields = tuple(fields)
