@@ -11,7 +11,16 @@ from tokenwire.detok.stream import _MAX_WINDOW, MAX_HOLD_TOKENS
 from tokenwire.detok.tables import _bytes_to_unicode, decode_table
 
 from conftest import PATH_CASES, real_tokenizer
-from helpers import BYTE_EOS, BYTE_MODEL_VOCAB, BYTE_TOOL, FFFD, b, byte_tokenizer, expected_delta, stream_all
+from helpers import (
+    BYTE_EOS,
+    BYTE_MODEL_VOCAB,
+    BYTE_TOOL,
+    FFFD,
+    b,
+    byte_tokenizer,
+    expected_delta,
+    stream_all,
+)
 
 PATHS = [pytest.param(True, id="fast"), pytest.param(False, id="generic")]
 
