@@ -5,6 +5,7 @@ such processes)."""
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import time
 from typing import Any
 
@@ -32,6 +33,11 @@ def _serve(args: argparse.Namespace) -> int:
         raise SystemExit(f"tokenwire: {exc}") from None
     operations.apply(args)
     tok, name = server.load_tokenizer(args)
+    try:
+        defaults = output.generation_defaults(args, tok)
+    except ValueError as exc:
+        raise SystemExit(f"tokenwire: {exc}") from None
+    features = dataclasses.replace(features, generation_defaults=defaults)
     holder: dict[str, Any] = {}
 
     def should_stop() -> bool:
@@ -63,8 +69,8 @@ def _serve(args: argparse.Namespace) -> int:
         ),
     )
     banner = (
-        f"tokenwire: serving {name!r} (vocab {tok.vocab_size}, model vocab {tok.model_vocab_size})"
-        f" on http://{args.host}:{args.port}"
+        f"tokenwire: serving {name!r} (vocab {tok.vocab_size}, model vocab {tok.model_vocab_size};"
+        f" generation defaults: {defaults.describe()}) on http://{args.host}:{args.port}"
     )
     where: dict[str, Any] = {"host": args.host, "port": args.port}
     if args.worker_fds:  # a worker of --api-server-count: the supervisor's socket

@@ -4,9 +4,12 @@ whether the engine constrains decoding."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
 
 from tokenwire.chat import CONTENT_FORMATS
+from tokenwire.generation_config import GenerationDefaults
 from tokenwire.parsers import REASONING_PARSERS, TOOL_CALL_PARSERS
 
 __all__ = ["DEFAULT_FEATURES", "REASONING_FIELDS", "Features"]
@@ -37,6 +40,11 @@ class Features:
     chat_template_content_format: str = "auto"
     #: ``--trust-request-chat-template``: a request's own ``chat_template`` is used.
     trust_request_chat_template: bool = False
+    #: ``--generation-config`` / ``--override-generation-config``: sampling defaults for requests
+    #: that omit a field (the model's ``generation_config.json``).
+    generation_defaults: GenerationDefaults = field(default_factory=GenerationDefaults)
+    #: ``--default-chat-template-kwargs``: chat template arguments a request's own override.
+    default_chat_template_kwargs: Mapping[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if self.reasoning_parser is not None and self.reasoning_parser not in REASONING_PARSERS:

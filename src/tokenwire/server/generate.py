@@ -111,7 +111,7 @@ def parse_generate(
             )
         sp = sp[0]
     check_grammar_params(sp, supported=features.structured_outputs)
-    params = SamplingParams.from_dict(sp)
+    params = SamplingParams.from_dict(_with_defaults(sp, features))
     limit = tok.max_model_len
     longest = max(len(p) for p in prompts)
     if limit and longest >= limit:
@@ -165,6 +165,19 @@ def parse_generate(
             None if sglang_lp is None else (*sglang_lp, body.get("return_text_in_logprobs") is True)
         ),
     )
+
+
+def _with_defaults(sp: Any, features: Features) -> Any:
+    """``sampling_params`` with the model's generation defaults for the sampling values it omits
+    (as SGLang's preferred sampling params; ``max_new_tokens`` keeps SGLang's default)."""
+    defaults = features.generation_defaults.values
+    if not defaults or (sp is not None and not isinstance(sp, dict)):
+        return sp
+    out = dict(sp or {})
+    for key, value in defaults.items():
+        if key != "max_new_tokens" and out.get(key) is None:
+            out[key] = value
+    return out
 
 
 async def collect_generate(rt: Runtime, plan: Plan, subs: Subs) -> tuple[int, Any]:

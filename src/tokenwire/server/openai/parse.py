@@ -214,20 +214,31 @@ def _params(
     default_max: int | None,
     prompt_field: str,
     limits: RequestLimits,
+    features: Features,
 ) -> SamplingParams:
-    """SamplingParams from OpenAI fields (null means the default), normalized and verified."""
+    """SamplingParams from OpenAI fields (null means the default: the model's generation
+    default, else the API's), normalized and verified."""
     names = {internal: external for external, internal in _SAMPLING_FIELDS.items()}
     max_key, max_value = _max_tokens(body)
     names["max_new_tokens"] = max_key
     data: dict[str, Any] = {}
+    defaults = features.generation_defaults
     for external, internal in _SAMPLING_FIELDS.items():
         if body.get(external) is not None:
             data[internal] = body[external]
+        elif defaults.get(internal) is not None:
+            data[internal] = defaults.get(internal)
+    if data.get("top_k") == 0:  # vLLM's "no top-k"
+        data["top_k"] = -1
     longest = max(len(p) for p in prompts)
     limit = tok.max_model_len
     if max_value is None:
         if default_max is None:
+            # (chat: the model's max_new_tokens, as vLLM takes it, within the context)
             max_value = (limit - longest) if limit else None
+            model_max = defaults.get("max_new_tokens")
+            if model_max is not None:
+                max_value = model_max if max_value is None else min(model_max, max_value)
         else:
             max_value = default_max if not limit else max(0, min(default_max, limit - longest))
     data["max_new_tokens"] = max_value
@@ -301,7 +312,7 @@ def parse_completion(
     )
     _truncate(prompts, body, tok)
     check_choices(len(prompts) * n)
-    params = _params(body, tok, prompts, DEFAULT_COMPLETION_MAX_TOKENS, "prompt", limits)
+    params = _params(body, tok, prompts, DEFAULT_COMPLETION_MAX_TOKENS, "prompt", limits, features)
     _constrain(params, body, features)
     top, echo, prompt_top = completion_logprobs_request(body, features.max_logprobs)
     params.logprobs, params.prompt_logprobs = top, prompt_top
@@ -357,7 +368,7 @@ def parse_chat(
         raise ValidationError("the rendered conversation is empty", param="messages")
     prompts = [ids]
     _truncate(prompts, body, tok)
-    params = _params(body, tok, prompts, None, "messages", limits)
+    params = _params(body, tok, prompts, None, "messages", limits, features)
     _constrain(params, body, features)
     params.logprobs, params.prompt_logprobs = chat_logprobs_request(body, features.max_logprobs)
     spec = output_spec(body, features, text, options["extra"])
@@ -407,7 +418,7 @@ def render_conversation(
     )
     messages = normalize_messages(body["messages"], roles=template_roles(template))
     shape_messages(messages, features.chat_template_content_format, template)
-    options = chat_template_options(body)
+    options = chat_template_options(body, features.default_chat_template_kwargs)
     text = render_chat(
         template, messages, bos_token=tok.bos_token, eos_token=tok.eos_token, **options
     )
@@ -421,11 +432,13 @@ def _constrain(params: SamplingParams, body: Mapping[str, Any], features: Featur
         setattr(params, name, value)
 
 
-def chat_template_options(body: Mapping[str, Any]) -> dict[str, Any]:
+def chat_template_options(
+    body: Mapping[str, Any], defaults: Mapping[str, Any] | None = None
+) -> dict[str, Any]:
     """``render_chat`` keyword arguments from a chat request: ``add_generation_prompt``,
-    ``continue_final_message``, ``tools``, ``chat_template_kwargs`` and ``reasoning_effort``
-    (passed to the template as vLLM does). Which template renders is ``chat_template_for``'s
-    business."""
+    ``continue_final_message``, ``tools``, ``chat_template_kwargs`` (over the server's
+    ``defaults``, ``--default-chat-template-kwargs``) and ``reasoning_effort`` (passed to the
+    template as vLLM does). Which template renders is ``chat_template_for``'s business."""
 
     def flag(name: str) -> bool | None:
         value = body.get(name)
@@ -445,6 +458,8 @@ def chat_template_options(body: Mapping[str, Any]) -> dict[str, Any]:
         raise ValidationError(
             "chat_template_kwargs must be an object", param="chat_template_kwargs"
         )
+    if defaults:
+        kwargs = {**defaults, **kwargs}
     effort = body.get("reasoning_effort")
     if effort is not None:
         if effort not in REASONING_EFFORTS:
