@@ -34,6 +34,8 @@ class Features:
     max_logprobs: int = 20
     #: Whether the engine constrains decoding (JSON schema, regex, grammar).
     structured_outputs: bool = False
+    #: The request fields only some engines honour that this one does (``REQUEST_FIELDS``).
+    engine_fields: frozenset[str] = frozenset()
     #: ``--chat-template``: replaces the tokenizer's template (the template text).
     chat_template: str | None = None
     #: ``--chat-template-content-format``: ``auto``, ``string`` or ``openai``.

@@ -23,6 +23,7 @@ from tokenwire.detok.tables import decode_table
 from tokenwire.engine import (
     Engine,
     EngineRequest,
+    supported_request_fields,
     supports_stop_token_sequences,
     supports_structured_outputs,
 )
@@ -69,7 +70,9 @@ class Runtime:
         self.config = config
         #: The server's features, with what the engine can do.
         self.features = dataclasses.replace(
-            config.features, structured_outputs=supports_structured_outputs(engine)
+            config.features,
+            structured_outputs=supports_structured_outputs(engine),
+            engine_fields=supported_request_fields(engine),
         )
         self.shard = DetokShard(self._abort_in_engine, max_stall=config.stall_timeout)
         self.metrics = Metrics()
@@ -247,7 +250,15 @@ class Runtime:
                     )
                     self.engine.submit(
                         EngineRequest(
-                            rid, prompt, engine_params, plan.stream, priority=plan.priority
+                            rid,
+                            prompt,
+                            engine_params,
+                            plan.stream,
+                            priority=plan.priority,
+                            cache_salt=plan.cache_salt,
+                            lora=plan.lora,
+                            data_parallel_rank=plan.data_parallel_rank,
+                            session_id=plan.session_id,
                         )
                     )
         except BaseException:

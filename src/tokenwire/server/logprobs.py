@@ -349,8 +349,18 @@ class GenerateLogprobs:
     logprob), cumulative in every streamed chunk as SGLang's are."""
 
     def __init__(
-        self, strings: TokenStrings, prompt: Sequence[int], start: int, top: int, with_text: bool
+        self,
+        strings: TokenStrings,
+        prompt: Sequence[int],
+        start: int,
+        top: int,
+        with_text: bool,
+        *,
+        by_ids: bool = False,
     ) -> None:
+        #: ``token_ids_logprob``: the top columns are the requested ids' (SGLang's
+        #: ``output_token_ids_logprobs``).
+        self.by_ids = by_ids
         self.strings = strings
         self.prompt = prompt
         self.start = len(prompt) - 1 if start < 0 else min(start, len(prompt))
@@ -377,16 +387,19 @@ class GenerateLogprobs:
                     tid, lp, top = rows[pos - 1]
                     self.input.append(self._triple(lp, tid))
                     self.input_top.append([self._triple(v, t) for t, v in top[: self.top]])
+        keep = None if self.by_ids else self.top
         for tid, lp, top in rows_from_extras(extras, "out")[: len(token_ids)]:
             self.output.append(self._triple(lp, tid))
-            self.output_top.append([self._triple(v, t) for t, v in top[: self.top]])
+            self.output_top.append([self._triple(v, t) for t, v in top[:keep]])
 
     def meta(self) -> dict[str, Any]:
         out: dict[str, Any] = {
             "input_token_logprobs": self.input or [],
             "output_token_logprobs": self.output,
         }
-        if self.top:
+        if self.by_ids:
+            out["output_token_ids_logprobs"] = self.output_top
+        elif self.top:
             out["input_top_logprobs"] = self.input_top
             out["output_top_logprobs"] = self.output_top
         return out

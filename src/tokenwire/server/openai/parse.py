@@ -5,6 +5,7 @@ as the client spelled it."""
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping
 from typing import Any
 
@@ -20,6 +21,15 @@ from tokenwire.messages.errors import ValidationError
 from tokenwire.messages.sampling import SamplingParams
 from tokenwire.runtime import DEFAULT_FEATURES, Features, Plan
 from tokenwire.server.config import DEFAULT_LIMITS, RequestLimits
+from tokenwire.server.extras import (
+    ENGINE_FIELDS,
+    INFORMATIONAL,
+    REFUSED,
+    check_chat_refused,
+    check_refused,
+    engine_fields,
+)
+from tokenwire.server.extras import flag as extra_flag
 from tokenwire.server.fields import (
     check_choices,
     check_model,
@@ -77,19 +87,27 @@ _DEFAULT_ONLY = {
 }
 
 # Fields that only annotate the request (billing, caching, tracing hints): accepted, no effect.
-_INFORMATIONAL = {
-    "user",
-    "model",
-    "metadata",
-    "store",
-    "service_tier",
-    "prompt_cache_key",
-    "safety_identifier",
-    "verbosity",
-}
+_INFORMATIONAL = {"model", *INFORMATIONAL}
 
-# Request fields with an effect beyond sampling, shared by both OpenAI routes (vLLM's names).
-_OPENAI_EXTRAS = {"priority", "request_id", "truncate_prompt_tokens", "return_tokens_as_token_ids"}
+# Request fields with an effect beyond sampling, shared by both OpenAI routes (vLLM's and
+# SGLang's names), and those refused unless at their do-nothing values.
+_OPENAI_EXTRAS = {
+    "priority",
+    "request_id",
+    "rid",
+    "truncate_prompt_tokens",
+    "truncation_side",
+    "return_tokens_as_token_ids",
+    "add_special_tokens",
+    "return_token_ids",
+    "stream_interval",
+    "stop_regex",
+    "no_stop_trim",
+    "lora_path",
+    "return_cached_tokens_details",
+    *REFUSED,
+    *ENGINE_FIELDS,
+}
 
 #: ``reasoning_effort`` values passed on to the chat template (OpenAI's).
 REASONING_EFFORTS = ("none", "minimal", "low", "medium", "high", "xhigh")
@@ -149,9 +167,10 @@ def _openai_extras(body: Mapping[str, Any]) -> dict[str, Any]:
                 f"priority must be a (32-bit) integer, got {priority!r}", param="priority"
             )
         out["priority"] = priority
-    rid = body.get("request_id")
-    if rid is not None:
-        out["id"] = request_id(rid, "request_id")
+    for name in ("rid", "request_id"):  # (SGLang's rid, vLLM's request_id: the latter wins)
+        rid = body.get(name)
+        if rid is not None:
+            out["id"] = request_id(rid, name)
     flag = body.get("return_tokens_as_token_ids")
     if flag is not None:
         if not isinstance(flag, bool):
@@ -160,6 +179,8 @@ def _openai_extras(body: Mapping[str, Any]) -> dict[str, Any]:
                 param="return_tokens_as_token_ids",
             )
         out["return_tokens_as_token_ids"] = flag
+    out["return_token_ids"] = extra_flag(body, "return_token_ids", False)
+    out["cached_details"] = extra_flag(body, "return_cached_tokens_details", False)
     return out
 
 
@@ -184,9 +205,14 @@ def _truncate(prompts: list[list[int]], body: Mapping[str, Any], tok: Tokenizer)
             f"truncate_prompt_tokens ({k}) is greater than the context length ({limit})",
             param="truncate_prompt_tokens",
         )
+    side = body.get("truncation_side")
+    if side not in (None, "left", "right"):
+        raise ValidationError(
+            f"truncation_side must be left or right, got {side!r:.40}", param="truncation_side"
+        )
     for i, p in enumerate(prompts):
         if len(p) > k:
-            prompts[i] = p[-k:]
+            prompts[i] = p[:k] if side == "right" else p[-k:]
 
 
 def _n(body: Mapping[str, Any]) -> int:
@@ -228,6 +254,15 @@ def _params(
             data[internal] = body[external]
         elif defaults.get(internal) is not None:
             data[internal] = defaults.get(internal)
+    # SGLang's names on its OpenAI routes (stop_regex, no_stop_trim), vLLM's stream_interval
+    for name in ("stop_regex", "no_stop_trim", "stream_interval"):
+        if body.get(name) is not None:
+            if name == "no_stop_trim" and "no_stop_trim" in data and body[name] != data[name]:
+                raise ValidationError(
+                    "no_stop_trim and include_stop_str_in_output disagree", param=name
+                )
+            data[name] = body[name]
+            names[name] = name
     if data.get("top_k") == 0:  # vLLM's "no top-k"
         data["top_k"] = -1
     longest = max(len(p) for p in prompts)
@@ -281,6 +316,14 @@ _CHAT_KEYS = (_COMPLETION_KEYS - {"prompt", "suffix", "best_of"}) | {
     "continue_final_message",
     "chat_template_kwargs",
     "reasoning_effort",
+    "documents",
+    "thinking",
+    "include_reasoning",
+    "separate_reasoning",
+    "stream_reasoning",
+    "return_prompt_token_ids",
+    "return_prompt_text",
+    "input_ids",
 }
 
 
@@ -298,6 +341,7 @@ def parse_completion(
     check_model(body.get("model"), model)
     warn_unknown_fields(body, _COMPLETION_KEYS)
     _check_defaults(body)
+    check_refused(body)
     if "prompt" not in body:
         raise ValidationError("prompt is required", param="prompt")
     stream, include_usage, continuous = _stream_flags(body)
@@ -307,7 +351,7 @@ def parse_completion(
         body["prompt"],
         tok,
         "prompt",
-        add_special=True,
+        add_special=extra_flag(body, "add_special_tokens", True),
         check_length=body.get("truncate_prompt_tokens") is None,
     )
     _truncate(prompts, body, tok)
@@ -316,6 +360,7 @@ def parse_completion(
     _constrain(params, body, features)
     top, echo, prompt_top = completion_logprobs_request(body, features.max_logprobs)
     params.logprobs, params.prompt_logprobs = top, prompt_top
+    extras |= _engine_side(body, tok, features, params)
     return Plan(
         "completion",
         prompts,
@@ -354,6 +399,8 @@ def parse_chat(
     check_model(body.get("model"), model)
     warn_unknown_fields(body, _CHAT_KEYS)
     _check_defaults(body)
+    check_refused(body)
+    check_chat_refused(body)
     if "messages" not in body:
         raise ValidationError("messages is required", param="messages")
     text, options = render_conversation(body, tok, features)
@@ -363,7 +410,7 @@ def parse_chat(
     extras = _openai_extras(body)
     if body.get("truncate_prompt_tokens") is None:
         check_text_length(text, tok, "the rendered conversation", "messages")
-    ids = tok.encode(text, add_special_tokens=False)
+    ids = tok.encode(text, add_special_tokens=extra_flag(body, "add_special_tokens", False))
     if not ids:
         raise ValidationError("the rendered conversation is empty", param="messages")
     prompts = [ids]
@@ -371,7 +418,16 @@ def parse_chat(
     params = _params(body, tok, prompts, None, "messages", limits, features)
     _constrain(params, body, features)
     params.logprobs, params.prompt_logprobs = chat_logprobs_request(body, features.max_logprobs)
+    extras |= _engine_side(body, tok, features, params)
     spec = output_spec(body, features, text, options["extra"])
+    if (
+        spec is not None
+        and spec.reasoning is not None
+        and not extra_flag(body, "separate_reasoning", True)
+    ):
+        # SGLang's separate_reasoning: false keeps the thinking in the content, as written
+        spec = dataclasses.replace(spec, reasoning=None, prompt_in_reasoning=False)
+        spec = spec if spec.tools is not None else None
     forced = forced_schema(body)
     if forced is not None:
         if params.json_schema or params.regex or params.ebnf:
@@ -399,10 +455,46 @@ def parse_chat(
         continuous_usage=continuous,
         output=spec,
         parallel_tool_calls=body.get("parallel_tool_calls") is not False,
-        reasoning_fields=features.reasoning_fields(),
+        # vLLM's include_reasoning: false drops the thinking (it is still parsed out)
+        reasoning_fields=(
+            features.reasoning_fields() if extra_flag(body, "include_reasoning", True) else ()
+        ),
+        stream_reasoning=extra_flag(body, "stream_reasoning", True),
         prompt_logprobs=params.prompt_logprobs is not None,
+        echo=_chat_echo(body),
+        return_prompt_token_ids=extra_flag(body, "return_prompt_token_ids", False),
+        prompt_text=text if extra_flag(body, "return_prompt_text", False) else None,
         **extras,
     )
+
+
+def _chat_echo(body: Mapping[str, Any]) -> list[str] | None:
+    """vLLM's chat ``echo``: the last message's text, when it is the assistant's (the answer
+    it continues), goes before the output."""
+    if not extra_flag(body, "echo", False):
+        return None
+    messages = body.get("messages")
+    last = messages[-1] if isinstance(messages, list) and messages else None
+    if isinstance(last, dict) and last.get("role") == "assistant":
+        content = last.get("content")
+        if isinstance(content, str):
+            return [content]
+        if isinstance(content, list):
+            return ["".join(p.get("text", "") for p in content if isinstance(p, dict))]
+    return [""]
+
+
+def _engine_side(
+    body: Mapping[str, Any], tok: Tokenizer, features: Features, params: SamplingParams
+) -> dict[str, Any]:
+    """The engine-side fields (``extras.engine_fields``) and ``logprob_token_ids``' count."""
+    out = engine_fields(body, tok, features, params)
+    if params.logprob_token_ids is not None:
+        name = "logprob_token_ids" if body.get("logprob_token_ids") else "token_ids_logprob"
+        if params.logprobs is None:
+            raise ValidationError(f"when using {name}, logprobs must be set", param=name)
+        params.logprobs = len(params.logprob_token_ids)  # their columns, after the sampled one
+    return out
 
 
 def render_conversation(
@@ -460,6 +552,11 @@ def chat_template_options(
         )
     if defaults:
         kwargs = {**defaults, **kwargs}
+    for name in ("documents", "thinking"):  # vLLM's documents, SGLang's thinking config
+        if body.get(name) is not None and name not in kwargs:
+            if name == "documents" and not isinstance(body[name], list):
+                raise ValidationError("documents must be a list of objects", param=name)
+            kwargs = {**kwargs, name: body[name]}
     effort = body.get("reasoning_effort")
     if effort is not None:
         if effort not in REASONING_EFFORTS:
