@@ -45,6 +45,9 @@ class Features:
     #: ``--generation-config`` / ``--override-generation-config``: sampling defaults for requests
     #: that omit a field (the model's ``generation_config.json``).
     generation_defaults: GenerationDefaults = field(default_factory=GenerationDefaults)
+    #: ``--enable-prompt-tokens-details``: usage always carries
+    #: ``prompt_tokens_details.cached_tokens`` (otherwise only when the engine reports some).
+    prompt_tokens_details: bool = False
     #: ``--default-chat-template-kwargs``: chat template arguments a request's own override.
     default_chat_template_kwargs: Mapping[str, Any] = field(default_factory=dict)
 

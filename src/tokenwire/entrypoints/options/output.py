@@ -65,6 +65,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="JSON",
         help="generation defaults over those of --generation-config, e.g. '{\"temperature\": 0.5}'",
     )
+    parser.add_argument(
+        "--enable-prompt-tokens-details",
+        action="store_true",
+        help="usage carries prompt_tokens_details.cached_tokens (the prompt tokens the engine "
+        "found in its prefix cache) in every response, as vLLM's flag does",
+    )
     group = parser.add_argument_group("model output (reasoning, tool calls)")
     group.add_argument(
         "--max-logprobs",
@@ -160,4 +166,5 @@ def features(args: argparse.Namespace) -> Features:
         chat_template_content_format=args.chat_template_content_format,
         trust_request_chat_template=args.trust_request_chat_template,
         default_chat_template_kwargs=args.default_chat_template_kwargs or {},
+        prompt_tokens_details=args.enable_prompt_tokens_details,
     )

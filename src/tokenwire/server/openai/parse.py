@@ -361,6 +361,7 @@ def parse_completion(
     top, echo, prompt_top = completion_logprobs_request(body, features.max_logprobs)
     params.logprobs, params.prompt_logprobs = top, prompt_top
     extras |= _engine_side(body, tok, features, params)
+    extras["cached_details"] |= features.prompt_tokens_details
     return Plan(
         "completion",
         prompts,
@@ -419,6 +420,7 @@ def parse_chat(
     _constrain(params, body, features)
     params.logprobs, params.prompt_logprobs = chat_logprobs_request(body, features.max_logprobs)
     extras |= _engine_side(body, tok, features, params)
+    extras["cached_details"] |= features.prompt_tokens_details
     spec = output_spec(body, features, text, options["extra"])
     if (
         spec is not None
