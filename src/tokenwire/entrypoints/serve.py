@@ -10,7 +10,7 @@ import time
 from typing import Any
 
 from tokenwire.engine import Engine
-from tokenwire.entrypoints.options import engine, limits, operations, output, server
+from tokenwire.entrypoints.options import adapters, engine, limits, operations, output, server
 from tokenwire.server import ServerConfig, create_app
 from tokenwire.server.serving import TokenwireServer, uvicorn_config
 
@@ -66,6 +66,12 @@ def _serve(args: argparse.Namespace) -> int:
             security=server.security_config(args),
             metrics_dir=args.worker_metrics_dir,
             worker_index=args.worker_index,
+            served_model_names=tuple(server.served_names(args)[1:]),
+            lora_modules=adapters.lora_modules(args),
+            runtime_lora_updating=args.enable_lora and adapters.runtime_lora_updating(),
+            dev_mode=adapters.dev_mode(),
+            model_root=args.model or args.tokenizer,
+            tokenizer_info=args.enable_tokenizer_info_endpoint,
         ),
     )
     banner = (

@@ -47,6 +47,7 @@ from tokenwire.messages.frames import (
 )
 from tokenwire.runtime.config import RuntimeConfig
 from tokenwire.runtime.metrics import EngineCollector, Metrics, SharedMetrics
+from tokenwire.runtime.models import ServedModels
 from tokenwire.runtime.plan import Plan
 from tokenwire.shard import DetokShard
 from tokenwire.tokenizer import Tokenizer
@@ -73,6 +74,12 @@ class Runtime:
             config.features,
             structured_outputs=supports_structured_outputs(engine),
             engine_fields=supported_request_fields(engine),
+        )
+        #: The model names and LoRA adapters clients may name.
+        self.models = ServedModels(
+            [config.model_name, *config.served_model_names],
+            config.lora_modules,
+            root=config.model_root,
         )
         self.shard = DetokShard(self._abort_in_engine, max_stall=config.stall_timeout)
         self.metrics = Metrics()

@@ -13,7 +13,7 @@ from typing import Any
 from tokenwire.engine import Engine
 from tokenwire.messages.errors import TokenwireError
 from tokenwire.runtime import Runtime
-from tokenwire.server import access_log, generate, limits, openai, utility
+from tokenwire.server import access_log, engine_control, generate, limits, lora, openai, utility
 from tokenwire.server.config import ServerConfig
 from tokenwire.server.errors import NotFound
 from tokenwire.server.guard import guarded, passing
@@ -40,6 +40,19 @@ def _adding_headers(send: Any, headers: list[tuple[bytes, bytes]]) -> Any:
     return passing(adding, send)
 
 
+def _headers_only(send: Any) -> Any:
+    """``send`` for a HEAD request: the response's start as it is, its body left out."""
+
+    async def head(message: dict) -> None:
+        if message["type"] == "http.response.body":
+            if message.get("more_body", False):
+                return
+            message = {"type": "http.response.body", "body": b"", "more_body": False}
+        await send(message)
+
+    return passing(head, send)
+
+
 class App:
     """The ASGI application: the routes of every API over one ``Runtime``."""
 
@@ -53,7 +66,14 @@ class App:
             **openai.ROUTES,
             **generate.ROUTES,
             **utility.ROUTES,
+            **engine_control.ROUTES,
         }
+        if config.dev_mode:
+            self._routes |= engine_control.DEV_ROUTES
+        if config.runtime_lora_updating:
+            self._routes |= lora.ROUTES
+        if config.tokenizer_info:
+            self._routes |= utility.TOKENIZER_INFO_ROUTES
         tok = runtime.tokenizer
         #: What the info routes report.
         self.facts = utility.ServerFacts(
@@ -90,7 +110,11 @@ class App:
         if refused is not None:
             await send_error(self.runtime.metrics, send, refused, route_of(scope["path"]))
             return
-        handler = self._routes.get((scope["method"], scope["path"]))
+        method = scope["method"]
+        if method == "HEAD":  # every GET route answers HEAD: its headers, no body
+            method = "GET"
+            send = _headers_only(send)
+        handler = self._routes.get((method, scope["path"]))
         if handler is not None:
             config = self.config
             try:
@@ -101,7 +125,7 @@ class App:
             receive = limits.bounded_receive(receive, config.max_request_bytes, config.body_timeout)
             current_scope.set(scope)
             await handler(self, receive, send)
-        elif scope["method"] == "GET" and scope["path"].startswith("/v1/models/"):
+        elif method == "GET" and scope["path"].startswith("/v1/models/"):
             await utility.model(self, scope["path"][len("/v1/models/") :], send)
         elif any(path == scope["path"] for _, path in self._routes):
             await send_error(

@@ -38,3 +38,5 @@ class ServerConfig(RuntimeConfig):
     limits: RequestLimits = dataclasses.field(default_factory=RequestLimits)
     #: One log line per HTTP request (logger ``tokenwire.access``, level INFO).
     access_log: bool = True
+    #: vLLM's ``--enable-tokenizer-info-endpoint``: ``GET /tokenizer_info``.
+    tokenizer_info: bool = False

@@ -10,7 +10,9 @@ from collections.abc import Mapping
 from typing import Any
 
 from tokenwire.context_length import max_prompt_chars
+from tokenwire.engine import LoraAdapter
 from tokenwire.messages.errors import ModelNotFoundError, ValidationError
+from tokenwire.runtime.models import ServedModels
 from tokenwire.tokenizer import Tokenizer
 
 __all__ = [
@@ -20,6 +22,7 @@ __all__ = [
     "check_model",
     "check_text_length",
     "is_int",
+    "lora_path",
     "prompt_ids",
     "request_id",
     "warn_unknown",
@@ -39,16 +42,36 @@ _warned: set[str] = set()
 log = logging.getLogger("tokenwire.server")
 
 
-def check_model(requested: Any, served: str) -> None:
-    """``model`` must name the served model (absent or null means it); anything else is OpenAI's
-    404 ``model_not_found``."""
+def check_model(requested: Any, served: str | ServedModels) -> tuple[str, LoraAdapter | None]:
+    """``model`` must name a served model or adapter (absent or null: the model); anything else
+    is OpenAI's 404 ``model_not_found``. Returns the name a response echoes and the adapter."""
+    if not isinstance(served, str):
+        return served.resolve(requested)
     if requested is None or requested == served:
-        return
+        return served, None
     if not isinstance(requested, str):
         raise ValidationError(f"model must be a string, got {requested!r}", param="model")
     raise ModelNotFoundError(
         f"The model `{requested}` does not exist (this server serves `{served}`).", param="model"
     )
+
+
+def lora_path(body: Mapping[str, Any], served: str | ServedModels) -> LoraAdapter | None:
+    """SGLang's ``lora_path``: the adapter a request names (one, even for a batch)."""
+    value = body.get("lora_path")
+    if isinstance(value, list):
+        names = set(value)
+        if len(names) > 1:
+            raise ValidationError(
+                "different lora_path values per prompt are not supported; send separate requests",
+                param="lora_path",
+            )
+        value = next(iter(names), None)
+    if isinstance(served, str):
+        if value:
+            raise ValidationError("this server has no LoRA adapters", param="lora_path")
+        return None
+    return served.adapter(value, "lora_path")
 
 
 def warn_unknown_fields(body: Mapping[str, Any], allowed: set[str]) -> None:

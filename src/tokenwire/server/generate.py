@@ -11,6 +11,7 @@ from tokenwire.messages.egress import Done, Error, Frame
 from tokenwire.messages.errors import ValidationError
 from tokenwire.messages.sampling import SamplingParams
 from tokenwire.runtime import DEFAULT_FEATURES, Features, Plan, Runtime
+from tokenwire.runtime.models import ServedModels
 from tokenwire.server.config import DEFAULT_LIMITS, RequestLimits
 from tokenwire.server.extras import (
     ENGINE_FIELDS,
@@ -20,7 +21,13 @@ from tokenwire.server.extras import (
     engine_fields,
     flag,
 )
-from tokenwire.server.fields import check_choices, is_int, prompt_ids, warn_unknown_fields
+from tokenwire.server.fields import (
+    check_choices,
+    is_int,
+    lora_path,
+    prompt_ids,
+    warn_unknown_fields,
+)
 from tokenwire.server.http import SSE_DONE, sse
 from tokenwire.server.logprobs import GenerateLogprobs, TokenStrings, generate_logprobs_request
 from tokenwire.server.streaming import (
@@ -72,7 +79,7 @@ _GENERATE_KEYS = {
 def parse_generate(
     body: Any,
     tok: Tokenizer,
-    model: str,
+    model: str | ServedModels,
     *,
     limits: RequestLimits = DEFAULT_LIMITS,
     features: Features = DEFAULT_FEATURES,
@@ -85,8 +92,12 @@ def parse_generate(
     check_refused(body)
     if body.get("modalities") not in (None, [], ["text"]):
         raise ValidationError("modalities other than text are not supported", param="modalities")
-    if body.get("lora_path"):
-        raise ValidationError("lora_path is not supported by this server", param="lora_path")
+    lora = lora_path(body, model)
+    if lora is not None and "lora" not in features.engine_fields:
+        raise ValidationError(
+            "LoRA adapters need an engine that serves them; this server's engine does not",
+            param="lora_path",
+        )
     has_text = body.get("text") is not None
     has_ids = body.get("input_ids") is not None
     if has_text == has_ids:
@@ -195,7 +206,7 @@ def parse_generate(
         n,
         stream,
         False,
-        model,
+        model if isinstance(model, str) else model.primary,
         rids=rids,
         batch=bool(batch) or n > 1,
         priority=priority or 0,
@@ -203,6 +214,7 @@ def parse_generate(
             None if sglang_lp is None else (*sglang_lp, body.get("return_text_in_logprobs") is True)
         ),
         sglang_logprobs_by_ids=by_ids,
+        lora=lora,
         return_prompt_token_ids=flag(body, "return_prompt_token_ids", False),
         **engine_kw,
         **extra,
@@ -331,7 +343,7 @@ async def generate(app: App, receive: Any, send: Any) -> None:
 
     def plan_of(body: Any) -> Plan:
         return parse_generate(
-            body, rt.tokenizer, config.model_name, limits=config.limits, features=rt.features
+            body, rt.tokenizer, rt.models, limits=config.limits, features=rt.features
         )
 
     def streamer(plan: Plan, subs: Subs) -> GenerateStreamer:

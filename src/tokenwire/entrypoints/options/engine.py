@@ -12,6 +12,7 @@ from typing import Any
 
 from tokenwire.engine import Engine
 from tokenwire.engine.synthetic import SyntheticConfig
+from tokenwire.entrypoints.options import adapters
 from tokenwire.tokenizer import Tokenizer
 
 __all__ = [
@@ -184,6 +185,8 @@ def vllm_engines(args: argparse.Namespace) -> tuple[str, Any]:
     extra = list(args.vllm_arg)
     if args.max_model_len is not None and "--max-model-len" not in extra:
         extra += ["--max-model-len", str(args.max_model_len)]
+    if "--enable-lora" not in extra:
+        extra += adapters.vllm_lora_args(args)
     launcher = VllmLauncher(
         args.model,
         port=port,

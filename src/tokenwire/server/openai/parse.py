@@ -20,6 +20,7 @@ from tokenwire.chat import (
 from tokenwire.messages.errors import ValidationError
 from tokenwire.messages.sampling import SamplingParams
 from tokenwire.runtime import DEFAULT_FEATURES, Features, Plan
+from tokenwire.runtime.models import ServedModels
 from tokenwire.server.config import DEFAULT_LIMITS, RequestLimits
 from tokenwire.server.extras import (
     ENGINE_FIELDS,
@@ -35,6 +36,7 @@ from tokenwire.server.fields import (
     check_model,
     check_text_length,
     is_int,
+    lora_path,
     prompt_ids,
     request_id,
     warn_unknown,
@@ -330,7 +332,7 @@ _CHAT_KEYS = (_COMPLETION_KEYS - {"prompt", "suffix", "best_of"}) | {
 def parse_completion(
     body: Any,
     tok: Tokenizer,
-    model: str,
+    model: str | ServedModels,
     *,
     limits: RequestLimits = DEFAULT_LIMITS,
     features: Features = DEFAULT_FEATURES,
@@ -338,7 +340,8 @@ def parse_completion(
     """``/v1/completions``."""
     if not isinstance(body, dict):
         raise ValidationError("the request body must be a JSON object", param=None)
-    check_model(body.get("model"), model)
+    name, lora = check_model(body.get("model"), model)
+    lora = lora_path(body, model) or lora
     warn_unknown_fields(body, _COMPLETION_KEYS)
     _check_defaults(body)
     check_refused(body)
@@ -362,6 +365,7 @@ def parse_completion(
     params.logprobs, params.prompt_logprobs = top, prompt_top
     extras |= _engine_side(body, tok, features, params)
     extras["cached_details"] |= features.prompt_tokens_details
+    _check_lora(lora, features)
     return Plan(
         "completion",
         prompts,
@@ -369,8 +373,9 @@ def parse_completion(
         n,
         stream,
         include_usage,
-        model,
+        name,
         continuous_usage=continuous,
+        lora=lora,
         echo=_echo_texts(body["prompt"], prompts, tok) if echo else None,
         prompt_logprobs=body.get("prompt_logprobs") is not None,
         **extras,
@@ -389,7 +394,7 @@ def _echo_texts(value: Any, prompts: list[list[int]], tok: Tokenizer) -> list[st
 def parse_chat(
     body: Any,
     tok: Tokenizer,
-    model: str,
+    model: str | ServedModels,
     *,
     limits: RequestLimits = DEFAULT_LIMITS,
     features: Features = DEFAULT_FEATURES,
@@ -397,7 +402,8 @@ def parse_chat(
     """``/v1/chat/completions``: the conversation rendered with the tokenizer's template."""
     if not isinstance(body, dict):
         raise ValidationError("the request body must be a JSON object", param=None)
-    check_model(body.get("model"), model)
+    name, lora = check_model(body.get("model"), model)
+    lora = lora_path(body, model) or lora
     warn_unknown_fields(body, _CHAT_KEYS)
     _check_defaults(body)
     check_refused(body)
@@ -421,6 +427,7 @@ def parse_chat(
     params.logprobs, params.prompt_logprobs = chat_logprobs_request(body, features.max_logprobs)
     extras |= _engine_side(body, tok, features, params)
     extras["cached_details"] |= features.prompt_tokens_details
+    _check_lora(lora, features)
     spec = output_spec(body, features, text, options["extra"])
     if (
         spec is not None
@@ -453,8 +460,9 @@ def parse_chat(
         n,
         stream,
         include_usage,
-        model,
+        name,
         continuous_usage=continuous,
+        lora=lora,
         output=spec,
         parallel_tool_calls=body.get("parallel_tool_calls") is not False,
         # vLLM's include_reasoning: false drops the thinking (it is still parsed out)
@@ -468,6 +476,14 @@ def parse_chat(
         prompt_text=text if extra_flag(body, "return_prompt_text", False) else None,
         **extras,
     )
+
+
+def _check_lora(lora: Any, features: Features, field: str = "model") -> None:
+    if lora is not None and "lora" not in features.engine_fields:
+        raise ValidationError(
+            "LoRA adapters need an engine that serves them; this server's engine does not",
+            param=field,
+        )
 
 
 def _chat_echo(body: Mapping[str, Any]) -> list[str] | None:
