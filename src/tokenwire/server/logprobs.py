@@ -231,8 +231,10 @@ def chat_logprobs_request(body: Any, max_logprobs: int) -> tuple[int | None, int
     flag = body.get("logprobs")
     if flag is not None and not isinstance(flag, bool):
         raise ValidationError(f"logprobs must be a boolean, got {flag!r}", param="logprobs")
-    if body.get("echo") not in (None, False):
-        raise ValidationError("echo is not supported for chat completions", param="echo")
+    if body.get("echo") not in (None, False) and flag:
+        raise ValidationError(
+            "echo with logprobs is not supported for chat completions", param="echo"
+        )
     top = _count(body, "top_logprobs", max_logprobs)
     if top and not flag:
         raise ValidationError("top_logprobs needs logprobs: true", param="top_logprobs")

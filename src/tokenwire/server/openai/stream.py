@@ -116,7 +116,7 @@ def choice_logprobs(rt: Runtime, plan: Plan) -> list[ChoiceLogprobs] | None:
             chat=plan.route == "chat",
             top=p.logprobs,
             prompt=plan.prompts[k // plan.n],
-            echo=plan.echo is not None,
+            echo=plan.echo is not None and plan.route != "chat",
             prompt_top=p.prompt_logprobs if plan.prompt_logprobs else None,
         )
         for k in range(plan.choices)
@@ -229,7 +229,7 @@ class OpenAIStreamer(Streamer):
                 run = []
             if parsed is not None:
                 choice = parsed[index]
-                delta = choice.final(item.text, item.token_ids)
+                delta = choice.final(prefix + item.text, item.token_ids)
                 reason = "tool_calls" if choice.called else None
                 if reason and item.finish_reason and item.finish_reason.kind != "stop":
                     reason = None  # length, abort: said as they are
@@ -278,8 +278,8 @@ class OpenAIStreamer(Streamer):
         parsed = self.parsed
         if self.plan.route != "chat":
             payload: dict[str, Any] = {"text": text}
-        elif parsed is not None:
-            payload = {"delta": parsed[index].delta(item.text, item.token_ids)}
+        elif parsed is not None:  # (an echoed prefix is parsed as the whole response parses it)
+            payload = {"delta": parsed[index].delta(text, item.token_ids)}
         else:
             payload = {"delta": {"content": text} if text else {}}
         payload |= {"logprobs": None, "finish_reason": None} | fields
