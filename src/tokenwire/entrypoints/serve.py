@@ -32,6 +32,8 @@ def _serve(args: argparse.Namespace) -> int:
     except ValueError as exc:
         raise SystemExit(f"tokenwire: {exc}") from None
     operations.apply(args)
+    if args.enable_lora and args.engine != "vllm":
+        raise SystemExit("tokenwire: --enable-lora needs --engine vllm (adapters run in vLLM)")
     tok, name = server.load_tokenizer(args)
     try:
         defaults = output.generation_defaults(args, tok)

@@ -109,6 +109,12 @@ class Runtime:
         max_prompt_chars(self.tokenizer)  # (a vocabulary scan)
         decode_table(self.tokenizer, False)
         await self.engine.start(self.on_output)
+        if self.models.adapters and getattr(self.engine, "supports_lora", True) is False:
+            await self.engine.close()
+            raise RuntimeError(
+                "LoRA adapters are configured but the engine was not started with LoRA enabled "
+                "(vLLM: --enable-lora)"
+            )
         engine_len = getattr(self.engine, "max_model_len", None)
         if isinstance(engine_len, int) and engine_len > 0:
             # The engine's context length is the one that holds (vLLM's auto-fitted one).
