@@ -468,3 +468,25 @@ def test_enable_prompt_tokens_details():
 def test_annotations_are_accepted(synth):
     for name in ("custom_labels", "extra_key", "routing_key", "mm_payload", "return_token_offsets"):
         synth.post("/v1/completions", {"prompt": "x", "max_tokens": 1, name: "v"})
+
+
+def test_spaces_between_special_tokens(synth):
+    """Qwen3's decoder puts nothing between special tokens: false is accepted (and changes
+    nothing); a WordPiece tokenizer puts spaces there, which tokenwire does not take out: a 400."""
+    body = {"prompt": "x", "max_tokens": 1, "skip_special_tokens": False}
+    synth.post("/v1/completions", {**body, "spaces_between_special_tokens": False})
+    tok = real_tokenizer("minilm_bert")
+    engine = SyntheticEngine(tok, SyntheticConfig(output="echo", step_time=0.0))
+    app = create_app(tok, engine, ServerConfig(model_name=MODEL))
+    with run_tokenwire(app) as url:
+        s = Server(url, engine, tok)
+        s.refused(
+            "/v1/completions",
+            {**body, "spaces_between_special_tokens": False},
+            "spaces_between_special_tokens",
+        )
+        s.post("/v1/completions", {**body, "spaces_between_special_tokens": True})
+        s.post(
+            "/v1/completions",
+            {"prompt": "x", "max_tokens": 1, "spaces_between_special_tokens": False},
+        )

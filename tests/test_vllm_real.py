@@ -5,8 +5,8 @@ The environment is built by ``scripts/vllm_cpu_env.py`` (CI runs it first); with
 skip with that reason (CI's strict-skip flag turns a skip into a failure). The model's weights are
 random, so greedy output is degenerate but deterministic: the tests check ids, lengths, finish
 reasons and that both servers agree, not what the text says. They decode greedily (or with a
-fixed seed, or under a grammar): sampling from random weights picks the padding ids past the
-tokenizer's vocabulary, which tokenwire refuses to decode.
+fixed seed, or under a grammar); sampling from random weights picks the padding ids past the
+tokenizer's vocabulary, which both servers decode as no text.
 """
 
 from __future__ import annotations
@@ -132,11 +132,48 @@ def tw() -> Iterator[Server]:
         yield srv
 
 
+#: The model's generation defaults both differential servers take (--generation-config DIR):
+#: greedy (top_k 1 under a temperature), a repetition penalty, a chat max_tokens; and the
+#: model's EOS ids, which vLLM reads from the same file.
+GENERATION_CONFIG = {
+    "temperature": 0.7,
+    "top_k": 1,
+    "repetition_penalty": 1.3,
+    "max_new_tokens": 7,
+    "bos_token_id": 151643,
+    "eos_token_id": [151645, 151643],
+}
+LORA = "tiny-lora"
+
+
 @pytest.fixture(scope="module")
-def stock() -> Iterator[Server]:
+def generation_dir() -> Iterator[str]:
+    folder = tempfile.mkdtemp(prefix="tokenwire-genconfig-")
+    Path(folder, "generation_config.json").write_text(json.dumps(GENERATION_CONFIG))
+    yield folder
+    shutil.rmtree(folder, ignore_errors=True)
+
+
+def dropin_args(generation_dir: str) -> list[str]:
+    """What both differential servers are started with: the generation config, a LoRA adapter,
+    cached-token details (vLLM's flag names, taken by both)."""
+    return [
+        "--generation-config",
+        generation_dir,
+        "--enable-lora",
+        "--lora-modules",
+        f"{LORA}={ENV['lora']}",
+        "--max-lora-rank",
+        "8",
+        "--enable-prompt-tokens-details",
+    ]
+
+
+@pytest.fixture(scope="module")
+def stock(generation_dir) -> Iterator[Server]:
     port = free_port()
     argv = [ENV["vllm"], "serve", ENV["model"], "--served-model-name", NAME, "--port", str(port)]
-    with start([*argv, *VLLM_ARGS], vllm_process_env(), port) as srv:
+    with start([*argv, *VLLM_ARGS, *dropin_args(generation_dir)], vllm_process_env(), port) as srv:
         yield srv
 
 
@@ -308,9 +345,10 @@ PROMPTS = ["Hello", "The capital of France is", "def fib(n):", "你好，世界"
 
 
 @pytest.fixture(scope="module")
-def ours() -> Iterator[Server]:
+def ours(generation_dir) -> Iterator[Server]:
     port = free_port()
-    with start(tokenwire_argv(port), vllm_process_env(), port) as srv:
+    env = vllm_process_env() | {"VLLM_SERVER_DEV_MODE": "1"}  # the engine-control routes
+    with start([*tokenwire_argv(port), *dropin_args(generation_dir)], env, port) as srv:
         yield srv
 
 
@@ -400,6 +438,132 @@ def test_logprobs_and_prompt_logprobs_as_stock_vllm(stock, ours):
     assert [x["token"] for x in a] == [x["token"] for x in b]
     assert _close([x["logprob"] for x in a], [x["logprob"] for x in b])
     assert [len(x["top_logprobs"]) for x in a] == [len(x["top_logprobs"]) for x in b]
+
+
+# ---- drop-in: the model's defaults, engine-side fields, LoRA, cached tokens, padding ids ---------
+
+
+def both(stock: Server, ours: Server, path: str, body: dict) -> tuple[dict, dict]:
+    """The same request to stock vLLM and to tokenwire (token ids returned by both)."""
+    body = {**body, "return_token_ids": True}
+    return stock.post(path, body), ours.post(path, body)
+
+
+def out_ids(resp: dict) -> list[int]:
+    return resp["choices"][0]["token_ids"]
+
+
+def test_generation_defaults_as_stock_vllm(stock, ours):
+    """A chat request that omits temperature, top_k, the repetition penalty and max_tokens gets
+    the generation config's, as vLLM applies them: the same ids, 7 of them, greedy."""
+    chat = {"messages": [{"role": "user", "content": "Tell me a story"}]}
+    a, b = both(stock, ours, "/v1/chat/completions", chat)
+    assert out_ids(b) == out_ids(a) and len(out_ids(b)) == 7
+    assert b["choices"][0]["message"]["content"] == a["choices"][0]["message"]["content"]
+    assert b["choices"][0]["finish_reason"] == a["choices"][0]["finish_reason"] == "length"
+    # ... and what the request says wins over them
+    neutral = {**chat, "repetition_penalty": 1.0, "temperature": 0, "max_tokens": 9}
+    a2, b2 = both(stock, ours, "/v1/chat/completions", neutral)
+    assert out_ids(b2) == out_ids(a2) and len(out_ids(b2)) == 9
+    # completions: the sampling defaults apply, max_tokens stays OpenAI's 16 (vLLM's answer)
+    a3, b3 = both(stock, ours, "/v1/completions", {"prompt": "Hello"})
+    assert out_ids(b3) == out_ids(a3) and len(out_ids(b3)) == 16
+
+
+def test_allowed_token_ids_and_bad_words_as_stock_vllm(stock, ours):
+    base = {"prompt": "The capital of France is", "max_tokens": 8, "temperature": 0}
+    plain = out_ids(ours.post("/v1/completions", {**base, "return_token_ids": True}))
+    allowed = sorted({plain[0] + 1, 1000, 2000, 3000})
+    a, b = both(stock, ours, "/v1/completions", {**base, "allowed_token_ids": allowed})
+    assert out_ids(b) == out_ids(a) and set(out_ids(b)) <= set(allowed)
+    # the greedy output's first word may not be generated: the output changes, as vLLM's does
+    word = ours.post("/v1/completions", base)["choices"][0]["text"].split()[0]
+    a, b = both(stock, ours, "/v1/completions", {**base, "bad_words": [word]})
+    assert out_ids(b) == out_ids(a) and out_ids(b) != plain
+    chat = {"messages": [{"role": "user", "content": "Hi"}], "max_tokens": 6, "temperature": 0}
+    a, b = both(stock, ours, "/v1/chat/completions", {**chat, "allowed_token_ids": allowed})
+    assert out_ids(b) == out_ids(a) and set(out_ids(b)) <= set(allowed)
+
+
+def test_lora_adapter_as_stock_vllm(stock, ours):
+    base = {"prompt": "Once upon a time", "max_tokens": 12, "temperature": 0}
+    a, b = both(stock, ours, "/v1/completions", {**base, "model": LORA})
+    plain = out_ids(ours.post("/v1/completions", {**base, "return_token_ids": True}))
+    assert out_ids(b) == out_ids(a) and out_ids(b) != plain
+    assert b["model"] == a["model"] == LORA
+    # SGLang's lora_path on /generate is the same adapter
+    gen = ours.post(
+        "/generate",
+        {
+            "text": base["prompt"],
+            "lora_path": LORA,
+            "sampling_params": {"max_new_tokens": 12, "temperature": 0},
+        },
+    )
+    assert gen["output_ids"] == out_ids(b)
+    cards = {m.id: m for m in ours.client.models.list().data}
+    assert cards[LORA].model_extra["parent"] == NAME
+    assert (
+        httpx.post(ours.url + "/v1/completions", json={**base, "model": "nope"}).status_code == 404
+    )
+
+
+LONG_PROMPT = " ".join(f"word{i}" for i in range(150))  # about 400 tokens: 25 cache blocks
+
+
+def test_cached_tokens_as_stock_vllm(stock, ours):
+    body = {"prompt": LONG_PROMPT, "max_tokens": 2, "temperature": 0}
+    for srv in (stock, ours):
+        srv.post("/v1/completions", body)  # fills the prefix cache
+    a, b = both(stock, ours, "/v1/completions", body)
+    cached = b["usage"]["prompt_tokens_details"]["cached_tokens"]
+    assert cached == a["usage"]["prompt_tokens_details"]["cached_tokens"] > 0
+    gen = ours.post("/generate", {"text": LONG_PROMPT, "sampling_params": {"max_new_tokens": 2}})
+    assert gen["meta_info"]["cached_tokens"] == cached
+    # a salted request does not share the cache; the dev-mode route empties it
+    salted = ours.post("/v1/completions", {**body, "cache_salt": "another tenant"})
+    assert salted["usage"]["prompt_tokens_details"]["cached_tokens"] == 0
+    assert httpx.post(ours.url + "/reset_prefix_cache").json() == {"success": True}
+    after = ours.post("/v1/completions", body)
+    assert after["usage"]["prompt_tokens_details"]["cached_tokens"] == 0
+
+
+def test_sampled_padding_ids_decode_as_nothing_as_stock_vllm(stock, ours):
+    """The random model samples ids past the tokenizer (its padding rows): no request fails,
+    each counts as a token, and the text is stock vLLM's."""
+    for seed in range(6):
+        body = {
+            "prompt": "Hi",
+            "max_tokens": 32,
+            "temperature": 1.0,
+            "top_k": -1,
+            "seed": seed,
+            "ignore_eos": True,
+        }
+        a, b = both(stock, ours, "/v1/completions", body)
+        assert out_ids(b) == out_ids(a) and b["usage"]["completion_tokens"] == 32
+        assert b["choices"][0]["text"] == a["choices"][0]["text"]
+    streamed = ours.client.completions.create(
+        model=NAME,
+        prompt="Hi",
+        max_tokens=32,
+        temperature=1.0,
+        seed=3,
+        stream=True,
+        extra_body={"ignore_eos": True, "top_k": -1},
+    )
+    chunks = list(streamed)
+    assert chunks[-1].choices[0].finish_reason == "length"
+
+
+def test_engine_control_routes_over_the_real_engine(ours):
+    assert httpx.get(ours.url + "/is_paused").json() == {"is_paused": False}
+    assert httpx.post(ours.url + "/pause?mode=keep").json() == {"status": "paused"}
+    assert httpx.get(ours.url + "/is_paused").json() == {"is_paused": True}
+    assert httpx.post(ours.url + "/resume").json() == {"status": "resumed"}
+    out = ours.post("/v1/completions", {"prompt": "Hi", "max_tokens": 2, "temperature": 0})
+    assert out["usage"]["completion_tokens"] == 2
+    assert httpx.post(ours.url + "/flush_cache").status_code == 200
 
 
 # ---- tokenwire-vllm-frontend, started by stock vllm serve ----------------------------------------

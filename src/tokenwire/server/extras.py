@@ -312,3 +312,25 @@ def engine_fields(
     if extra:
         params.extra_args = extra
     return out
+
+
+def _spaces_specials(tok: Tokenizer) -> bool:
+    specials = sorted(tok.special_ids)[:2]
+    if len(specials) < 2:
+        return False
+    a, b = specials
+    return tok.decode([a, b], False) != tok.decode([a], False) + tok.decode([b], False)
+
+
+def check_special_spacing(params: SamplingParams, tok: Tokenizer, name: str) -> None:
+    """``spaces_between_special_tokens: false`` (with special tokens kept) on a tokenizer whose
+    decoder puts spaces between them (WordPiece's) is refused; on the others it changes nothing
+    and is accepted."""
+    if params.spaces_between_special_tokens or params.skip_special_tokens:
+        return
+    if tok.derived("spaces_between_special_tokens", _spaces_specials):
+        raise ValidationError(
+            f"{name}: false is not supported with this tokenizer (its decoder puts spaces "
+            "between special tokens)",
+            param=name,
+        )

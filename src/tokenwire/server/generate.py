@@ -18,6 +18,7 @@ from tokenwire.server.extras import (
     INFORMATIONAL,
     REFUSED,
     check_refused,
+    check_special_spacing,
     engine_fields,
     flag,
 )
@@ -160,6 +161,7 @@ def parse_generate(
         )
     params.normalize(tok, max_stop_str_len=limits.max_stop_str_len)
     params.verify(tok.model_vocab_size)
+    check_special_spacing(params, tok, "spaces_between_special_tokens")
     if sglang_lp is not None:
         params.logprobs = params.prompt_logprobs = sglang_lp[1]
     engine_kw = engine_fields(body, tok, features, params)

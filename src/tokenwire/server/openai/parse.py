@@ -28,6 +28,7 @@ from tokenwire.server.extras import (
     REFUSED,
     check_chat_refused,
     check_refused,
+    check_special_spacing,
     engine_fields,
 )
 from tokenwire.server.extras import flag as extra_flag
@@ -297,6 +298,7 @@ def _params(
             )
     params.normalize(tok, names=names, max_stop_str_len=limits.max_stop_str_len)
     params.verify(tok.model_vocab_size, names=names)
+    check_special_spacing(params, tok, "spaces_between_special_tokens")
     return params
 
 
