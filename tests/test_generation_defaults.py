@@ -57,6 +57,11 @@ def test_auto_reads_the_model_folder_vllm_reads_none_a_folder_its_own(tmp_path):
     over = load_generation_defaults("auto", folder, {"temperature": 0.2, "top_k": 0})
     assert over.values["temperature"] == 0.2 and over.values["top_k"] == -1
     assert load_generation_defaults("vllm", folder, {"top_p": 0.5}).values == {"top_p": 0.5}
+    # vLLM caps every request by a named folder's max_new_tokens, or the override's; the
+    # model's own (auto) is a default only
+    assert got.max_tokens_cap is None
+    assert load_generation_defaults(folder, None).max_tokens_cap == 9
+    assert load_generation_defaults("auto", folder, {"max_new_tokens": 4}).max_tokens_cap == 4
     # no folder: what the tokenizer read from its own
     assert load_generation_defaults("auto", None, model_generation_config={"top_k": 5}).values == {
         "top_k": 5
@@ -92,6 +97,18 @@ def test_requests_that_omit_a_field_get_the_models_default(tok):
     assert (p.temperature, p.top_k, p.max_new_tokens) == (0.6, 20, 128)
     p = parse_generate({"text": "Hi", "sampling_params": {"top_k": 3}}, tok, "m", features=f)
     assert p.params.top_k == 3 and p.params.top_p == 0.95
+    # a cap (vLLM's override_max_tokens) holds whatever the request asks
+    capped = Features(generation_defaults=GenerationDefaults({}, "test", 5))
+    assert (
+        parse_completion(
+            {"prompt": "Hi", "max_tokens": 50}, tok, "m", features=capped
+        ).params.max_new_tokens
+        == 5
+    )
+    assert parse_chat(body, tok, "m", features=capped).params.max_new_tokens == 5
+    assert (
+        parse_chat({**body, "max_tokens": 3}, tok, "m", features=capped).params.max_new_tokens == 3
+    )
     # a greedy model default (top_k 1) keeps decoding greedy
     assert parse_chat(body, tok, "m", features=features(top_k=1)).params.top_k == 1
     # no defaults: the API's own

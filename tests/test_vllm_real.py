@@ -455,19 +455,26 @@ def out_ids(resp: dict) -> list[int]:
 
 def test_generation_defaults_as_stock_vllm(stock, ours):
     """A chat request that omits temperature, top_k, the repetition penalty and max_tokens gets
-    the generation config's, as vLLM applies them: the same ids, 7 of them, greedy."""
+    the generation config's, as vLLM applies them: the same ids, 7 of them, greedy (and, the
+    config being a folder given by name, 7 caps every request, as vLLM's override does)."""
     chat = {"messages": [{"role": "user", "content": "Tell me a story"}]}
     a, b = both(stock, ours, "/v1/chat/completions", chat)
     assert out_ids(b) == out_ids(a) and len(out_ids(b)) == 7
     assert b["choices"][0]["message"]["content"] == a["choices"][0]["message"]["content"]
     assert b["choices"][0]["finish_reason"] == a["choices"][0]["finish_reason"] == "length"
     # ... and what the request says wins over them
-    neutral = {**chat, "repetition_penalty": 1.0, "temperature": 0, "max_tokens": 9}
+    neutral = {**chat, "repetition_penalty": 1.0, "temperature": 0, "max_tokens": 5}
     a2, b2 = both(stock, ours, "/v1/chat/completions", neutral)
-    assert out_ids(b2) == out_ids(a2) and len(out_ids(b2)) == 9
-    # completions: the sampling defaults apply, max_tokens stays OpenAI's 16 (vLLM's answer)
-    a3, b3 = both(stock, ours, "/v1/completions", {"prompt": "Hello"})
-    assert out_ids(b3) == out_ids(a3) and len(out_ids(b3)) == 16
+    assert out_ids(b2) == out_ids(a2) and len(out_ids(b2)) == 5
+    # completions: the sampling defaults apply, max_tokens (OpenAI's 16, or 12) is capped at 7
+    for body in ({"prompt": "Hello"}, {"prompt": "Hello", "max_tokens": 12}):
+        a3, b3 = both(stock, ours, "/v1/completions", body)
+        assert out_ids(b3) == out_ids(a3) and len(out_ids(b3)) == 7
+    # the default repetition penalty changed the greedy output
+    unpenalized = ours.post(
+        "/v1/completions", {"prompt": "Hello", "repetition_penalty": 1.0, "return_token_ids": True}
+    )
+    assert out_ids(unpenalized) != out_ids(b3)
 
 
 def test_allowed_token_ids_and_bad_words_as_stock_vllm(stock, ours):

@@ -36,6 +36,9 @@ class GenerationDefaults:
 
     values: Mapping[str, Any] = field(default_factory=dict)
     source: str = "vllm"
+    #: The most tokens any request generates (vLLM's ``override_max_tokens``: a folder's
+    #: ``max_new_tokens``, or the override's), whatever it asks; None: no cap.
+    max_tokens_cap: int | None = None
 
     def get(self, name: str) -> Any:
         """The default of ``SamplingParams`` field ``name``, or None."""
@@ -102,9 +105,14 @@ def load_generation_defaults(
     }
     if values.get("top_k") == 0:  # vLLM's "no top-k"
         values["top_k"] = -1
+    # vLLM caps every request by max_new_tokens when it comes from a folder given by name or
+    # from the override; the model's own (auto) is only a default for requests that omit it.
+    cap = values.get("max_new_tokens") if mode not in ("auto", "vllm") else None
+    if override and override.get("max_new_tokens") is not None:
+        cap = override["max_new_tokens"]
     try:
         params = SamplingParams.from_dict(values, names=GENERATION_KEYS)
         params.verify(1 << 62, names=GENERATION_KEYS)
     except ValidationError as exc:
         raise ValueError(f"generation defaults ({source}): {exc.detail}") from None
-    return GenerationDefaults(values, source)
+    return GenerationDefaults(values, source, cap)

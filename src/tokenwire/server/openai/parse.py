@@ -279,6 +279,9 @@ def _params(
                 max_value = model_max if max_value is None else min(model_max, max_value)
         else:
             max_value = default_max if not limit else max(0, min(default_max, limit - longest))
+    cap = defaults.max_tokens_cap
+    if cap is not None and (max_value is None or (is_int(max_value) and max_value > cap)):
+        max_value = cap  # (vLLM's override_max_tokens: every request, whatever it asks)
     data["max_new_tokens"] = max_value
     params = SamplingParams.from_dict(data, names=names)
     if limit is not None:
