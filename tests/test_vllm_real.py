@@ -12,6 +12,7 @@ tokenizer's vocabulary, which both servers decode as no text.
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import os
 import shutil
@@ -38,7 +39,8 @@ from vllm_helpers import (
     wait_until,
 )
 
-pytestmark = pytest.mark.vllm
+# (a test's time includes starting the vLLM processes it needs: minutes on two cores)
+pytestmark = [pytest.mark.vllm, pytest.mark.timeout(1200)]
 
 ENV = vllm_env()
 if ENV is None:
@@ -78,28 +80,41 @@ class Server:
 
 
 @contextlib.contextmanager
-def start(argv: list[str], env: dict[str, str], port: int) -> Iterator[Server]:
-    log = Path(tempfile.mkstemp(prefix="tokenwire-vllm-", suffix=".log")[1])
-    with open(log, "wb") as out:
-        proc = subprocess.Popen(
-            argv, stdout=out, stderr=subprocess.STDOUT, env=env, stdin=subprocess.DEVNULL
-        )
-    url = f"http://127.0.0.1:{port}"
-
-    def up() -> bool:
-        if proc.poll() is not None:
-            raise RuntimeError(f"server exited:\n{log.read_text()[-3000:]}")
-        try:
-            return httpx.get(url + "/health", timeout=2).status_code == 200
-        except httpx.HTTPError:
-            return False
-
+def start_all(*servers: tuple[list[str], dict[str, str], int]) -> Iterator[list[Server]]:
+    """Start every ``(argv, env, port)`` server at once (vLLM's startup is minutes on two
+    cores: in parallel, not one after the other) and serve until the block ends."""
+    procs: list[tuple[subprocess.Popen, Path, str, list[str]]] = []
     try:
-        wait_until(up, START_TIMEOUT, f"{argv[:3]} to serve")
-        yield Server(url, proc, log)
+        for argv, env, port in servers:
+            log = Path(tempfile.mkstemp(prefix="tokenwire-vllm-", suffix=".log")[1])
+            with open(log, "wb") as out:
+                proc = subprocess.Popen(
+                    argv, stdout=out, stderr=subprocess.STDOUT, env=env, stdin=subprocess.DEVNULL
+                )
+            procs.append((proc, log, f"http://127.0.0.1:{port}", argv))
+
+        def up(proc: subprocess.Popen, log: Path, url: str) -> bool:
+            if proc.poll() is not None:
+                raise RuntimeError(f"server exited:\n{log.read_text()[-3000:]}")
+            try:
+                return httpx.get(url + "/health", timeout=2).status_code == 200
+            except httpx.HTTPError:
+                return False
+
+        for proc, log, url, argv in procs:
+            ready = functools.partial(up, proc, log, url)
+            wait_until(ready, START_TIMEOUT, f"{argv[:3]} to serve")
+        yield [Server(url, proc, log) for proc, log, url, _ in procs]
     finally:
-        stop_process(proc, signal.SIGTERM, 60)
-        log.unlink(missing_ok=True)
+        for proc, log, _, _ in procs:
+            stop_process(proc, signal.SIGTERM, 60)
+            log.unlink(missing_ok=True)
+
+
+@contextlib.contextmanager
+def start(argv: list[str], env: dict[str, str], port: int) -> Iterator[Server]:
+    with start_all((argv, env, port)) as (srv,):
+        yield srv
 
 
 def tokenwire_argv(port: int) -> list[str]:
@@ -170,11 +185,20 @@ def dropin_args(generation_dir: str) -> list[str]:
 
 
 @pytest.fixture(scope="module")
-def stock(generation_dir) -> Iterator[Server]:
-    port = free_port()
-    argv = [ENV["vllm"], "serve", ENV["model"], "--served-model-name", NAME, "--port", str(port)]
-    with start([*argv, *VLLM_ARGS, *dropin_args(generation_dir)], vllm_process_env(), port) as srv:
-        yield srv
+def pair(generation_dir) -> Iterator[list[Server]]:
+    """Stock ``vllm serve`` and tokenwire over its own vLLM engine, with the same flags."""
+    a, b = free_port(), free_port()
+    stock_argv = [ENV["vllm"], "serve", ENV["model"], "--served-model-name", NAME, "--port", str(a)]
+    stock_argv += [*VLLM_ARGS, *dropin_args(generation_dir)]
+    ours_argv = [*tokenwire_argv(b), *dropin_args(generation_dir)]
+    env = vllm_process_env() | {"VLLM_SERVER_DEV_MODE": "1"}  # (tokenwire's control routes)
+    with start_all((stock_argv, vllm_process_env(), a), (ours_argv, env, b)) as servers:
+        yield servers
+
+
+@pytest.fixture(scope="module")
+def stock(pair) -> Server:
+    return pair[0]
 
 
 def greedy_ids(srv: Server, prompt: str, n: int) -> list[int]:
@@ -345,11 +369,8 @@ PROMPTS = ["Hello", "The capital of France is", "def fib(n):", "你好，世界"
 
 
 @pytest.fixture(scope="module")
-def ours(generation_dir) -> Iterator[Server]:
-    port = free_port()
-    env = vllm_process_env() | {"VLLM_SERVER_DEV_MODE": "1"}  # the engine-control routes
-    with start([*tokenwire_argv(port), *dropin_args(generation_dir)], env, port) as srv:
-        yield srv
+def ours(pair) -> Server:
+    return pair[1]
 
 
 def test_same_ids_text_and_finish_as_stock_vllm(stock, ours):

@@ -60,6 +60,8 @@ def lora_path(body: Mapping[str, Any], served: str | ServedModels) -> LoraAdapte
     """SGLang's ``lora_path``: the adapter a request names (one, even for a batch)."""
     value = body.get("lora_path")
     if isinstance(value, list):
+        if not all(v is None or isinstance(v, str) for v in value):
+            raise ValidationError("lora_path must be a name or a list of names", param="lora_path")
         names = set(value)
         if len(names) > 1:
             raise ValidationError(
