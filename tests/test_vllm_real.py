@@ -29,6 +29,7 @@ import httpx
 import openai
 import pytest
 
+from tokenwire import Tokenizer
 from vllm_helpers import (
     children,
     free_port,
@@ -72,6 +73,16 @@ class Server:
         self.proc = proc
         self.log = log
         self.client = openai.OpenAI(base_url=url + "/v1", api_key="none", max_retries=0)
+
+    def stream_completion(self, body: dict) -> list[dict]:
+        """A streamed completion's chunks (no error event among them)."""
+        body = {"model": NAME, **body, "stream": True}
+        with httpx.stream("POST", self.url + "/v1/completions", json=body, timeout=120) as r:
+            lines = [x[6:] for x in r.iter_lines() if x.startswith("data: ")]
+        assert lines[-1] == "[DONE]"
+        chunks = [json.loads(x) for x in lines[:-1]]
+        assert not any("error" in c for c in chunks), chunks[-1]
+        return chunks
 
     def post(self, path: str, body: dict) -> dict:
         resp = httpx.post(self.url + path, json={"model": NAME, **body}, timeout=120)
@@ -383,7 +394,8 @@ def test_same_ids_text_and_finish_as_stock_vllm(stock, ours):
             assert a["text"] == b_choice["text"], prompt
             assert a["finish_reason"] == b_choice["finish_reason"]
             assert a["stop_reason"] == b_choice["stop_reason"]
-            ids = greedy_ids(ours, prompt, 12)
+            # (/generate is SGLang's: the generation config's max_new_tokens caps it not)
+            ids = greedy_ids(ours, prompt, len(b_choice["token_ids"]))
             assert ids == b_choice["token_ids"], prompt
         # A stop token id, at the first generated id.
         first = greedy_ids(ours, prompt, 1)[0]
@@ -504,17 +516,23 @@ def test_allowed_token_ids_and_bad_words_as_stock_vllm(stock, ours):
     allowed = sorted({plain[0] + 1, 1000, 2000, 3000})
     a, b = both(stock, ours, "/v1/completions", {**base, "allowed_token_ids": allowed})
     assert out_ids(b) == out_ids(a) and set(out_ids(b)) <= set(allowed)
-    # the greedy output's first word may not be generated: the output changes, as vLLM's does
-    word = ours.post("/v1/completions", base)["choices"][0]["text"].split()[0]
-    a, b = both(stock, ours, "/v1/completions", {**base, "bad_words": [word]})
-    assert out_ids(b) == out_ids(a) and out_ids(b) != plain
+    # a generated token's text may not be generated: the output changes, as vLLM's does
+    tok = Tokenizer.from_pretrained(ENV["model"])
+
+    def alone(t: int) -> bool:
+        w = tok.decode([t])
+        return bool(w) and w == w.strip() and tok.encode(w, add_special_tokens=False) == [t]
+
+    banned = next(t for t in plain if alone(t))
+    a, b = both(stock, ours, "/v1/completions", {**base, "bad_words": [tok.decode([banned])]})
+    assert out_ids(b) == out_ids(a) and banned not in out_ids(b) and out_ids(b) != plain
     chat = {"messages": [{"role": "user", "content": "Hi"}], "max_tokens": 6, "temperature": 0}
     a, b = both(stock, ours, "/v1/chat/completions", {**chat, "allowed_token_ids": allowed})
     assert out_ids(b) == out_ids(a) and set(out_ids(b)) <= set(allowed)
 
 
 def test_lora_adapter_as_stock_vllm(stock, ours):
-    base = {"prompt": "Once upon a time", "max_tokens": 12, "temperature": 0}
+    base = {"prompt": "Once upon a time", "max_tokens": 7, "temperature": 0}
     a, b = both(stock, ours, "/v1/completions", {**base, "model": LORA})
     plain = out_ids(ours.post("/v1/completions", {**base, "return_token_ids": True}))
     assert out_ids(b) == out_ids(a) and out_ids(b) != plain
@@ -525,7 +543,7 @@ def test_lora_adapter_as_stock_vllm(stock, ours):
         {
             "text": base["prompt"],
             "lora_path": LORA,
-            "sampling_params": {"max_new_tokens": 12, "temperature": 0},
+            "sampling_params": {"max_new_tokens": 7, "temperature": 0},
         },
     )
     assert gen["output_ids"] == out_ids(b)
@@ -557,31 +575,29 @@ def test_cached_tokens_as_stock_vllm(stock, ours):
 
 
 def test_sampled_padding_ids_decode_as_nothing_as_stock_vllm(stock, ours):
-    """The random model samples ids past the tokenizer (its padding rows): no request fails,
-    each counts as a token, and the text is stock vLLM's."""
-    for seed in range(6):
+    """The model's ids past the tokenizer (its padding rows, which random weights sample; made
+    certain here by allowing only them and two words): no request fails, each counts as a
+    token and decodes as no text, as in stock vLLM."""
+    tok = Tokenizer.from_pretrained(ENV["model"])
+    padding = [tok.vocab_size, tok.vocab_size + 100, tok.model_vocab_size - 1]
+    allowed = [*padding, *tok.encode(" yes no", add_special_tokens=False)]
+    for seed in range(3):
         body = {
             "prompt": "Hi",
-            "max_tokens": 32,
+            "max_tokens": 7,
             "temperature": 1.0,
             "top_k": -1,
             "seed": seed,
             "ignore_eos": True,
+            "allowed_token_ids": allowed,
         }
         a, b = both(stock, ours, "/v1/completions", body)
-        assert out_ids(b) == out_ids(a) and b["usage"]["completion_tokens"] == 32
+        assert out_ids(b) == out_ids(a) and b["usage"]["completion_tokens"] == 7
         assert b["choices"][0]["text"] == a["choices"][0]["text"]
-    streamed = ours.client.completions.create(
-        model=NAME,
-        prompt="Hi",
-        max_tokens=32,
-        temperature=1.0,
-        seed=3,
-        stream=True,
-        extra_body={"ignore_eos": True, "top_k": -1},
-    )
-    chunks = list(streamed)
-    assert chunks[-1].choices[0].finish_reason == "length"
+        assert set(out_ids(b)) & set(padding)
+        chunks = ours.stream_completion({k: v for k, v in body.items() if k != "model"})
+        assert chunks[-1]["choices"][0]["finish_reason"] == "length"
+        assert "".join(c["choices"][0]["text"] for c in chunks) == b["choices"][0]["text"]
 
 
 def test_engine_control_routes_over_the_real_engine(ours):
