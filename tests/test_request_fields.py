@@ -20,6 +20,7 @@ from tokenwire.engine.vllm import protocol as wire
 from tokenwire.runtime import Features
 from tokenwire.server import ServerConfig, create_app
 from tokenwire.server.extras import REFUSED, bad_words_token_ids
+from tokenwire.server.openai.parse import parse_chat
 
 from conftest import real_tokenizer
 from served import run_tokenwire
@@ -490,3 +491,19 @@ def test_spaces_between_special_tokens(synth):
             "/v1/completions",
             {"prompt": "x", "max_tokens": 1, "spaces_between_special_tokens": False},
         )
+
+
+def test_sglang_structured_output_fields_on_the_openai_routes(synth, rec):
+    """SGLang's top-level regex, json_schema and ebnf constrain decoding: refused by an engine
+    that cannot, handed to one that can as the grammar fields."""
+    schema = '{"type": "object", "properties": {"a": {"type": "integer"}}}'
+    cases = (("regex", "(yes|no)"), ("json_schema", schema), ("ebnf", 'root ::= "x"'))
+    for name, value in cases:
+        body = {"prompt": "x", "max_tokens": 1, name: value}
+        synth.refused("/v1/completions", body, name)
+    structured = []
+    for name, value in cases:
+        features = Features(structured_outputs=True)
+        plan = parse_chat({"messages": CHAT, name: value}, rec.tok, MODEL, features=features)
+        structured.append(getattr(plan.params, name))
+    assert structured[0] == "(yes|no)" and '"integer"' in structured[1] and structured[2]
