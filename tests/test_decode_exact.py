@@ -198,8 +198,8 @@ def test_batch_ragged_and_errors(fast):
     ids = tok.encode(text, add_special_tokens=False)
     a, b = batch.add(tok.encode("Say:")), batch.add([])
     assert len(batch) == 2
-    bad = tok.vocab_size + 1
-    # slot a gets 3 ids per step, slot b 2 then an unknown id.
+    bad = tok.model_vocab_size + 1  # past the model's vocabulary (a padding id has no text)
+    # slot a gets 3 ids per step, slot b 2 then an id past the model's vocabulary.
     out = {a: [], b: []}
     pos = 0
     while pos < len(ids):

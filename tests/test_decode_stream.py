@@ -11,7 +11,16 @@ from tokenwire.detok.stream import _MAX_WINDOW, MAX_HOLD_TOKENS
 from tokenwire.detok.tables import _bytes_to_unicode, decode_table
 
 from conftest import PATH_CASES, real_tokenizer
-from helpers import BYTE_EOS, BYTE_TOOL, FFFD, b, byte_tokenizer, expected_delta, stream_all
+from helpers import (
+    BYTE_EOS,
+    BYTE_MODEL_VOCAB,
+    BYTE_TOOL,
+    FFFD,
+    b,
+    byte_tokenizer,
+    expected_delta,
+    stream_all,
+)
 
 PATHS = [pytest.param(True, id="fast"), pytest.param(False, id="generic")]
 
@@ -98,16 +107,27 @@ def test_decode_prompt_context(btok, fast):
 
 
 @pytest.mark.parametrize("fast", PATHS)
-def test_generated_unknown_id_is_an_error(btok, fast):
+def test_generated_id_past_the_model_vocabulary_is_an_error(btok, fast):
     stream = DecodeStream(btok, b("prompt"), fast=fast)
     assert stream.push_token(ord("a")) == "a"
-    with pytest.raises(DecodeError, match="270"):
-        stream.push_token(270)
+    with pytest.raises(DecodeError, match=str(BYTE_MODEL_VOCAB)):
+        stream.push_token(BYTE_MODEL_VOCAB)
     with pytest.raises(DecodeError, match="-3"):
         stream.push_token(-3)
     # The stream is unharmed: the bad id was not taken.
     assert stream.push_token(ord("b")) == "b"
     assert stream.output == "ab"
+
+
+@pytest.mark.parametrize("fast", PATHS)
+def test_generated_padding_id_decodes_as_nothing(btok, fast):
+    """An id below the model's vocabulary size that the tokenizer lacks is no text (vLLM's
+    answer), between characters or inside one, first or later."""
+    stream = DecodeStream(btok, b("prompt"), fast=fast)
+    assert [stream.push_token(i) for i in (270, *b("a"), BYTE_MODEL_VOCAB - 1)] == ["", "a", ""]
+    e4, bd, a0 = b("你")
+    assert [stream.push_token(i) for i in (e4, 270, bd, 299, a0)] == ["", "", "", "", "你"]
+    assert stream.flush() == "" and stream.output == "a你"
 
 
 @pytest.mark.parametrize("fast", PATHS)
@@ -257,14 +277,20 @@ def test_seed_cases_on_real_tokenizers(name, fast):
     pieces, tail, _ = stream_all(tok, [*enc("Hi"), e4, bd, unk[1], unk[-1]], [a0], fast=fast)
     assert pieces == ["你"] and tail == ""
 
-    # generated unknown id is an error, naming it
+    # a generated id the model has and the tokenizer lacks (a padding row) is no text, as vLLM
+    # decodes it, and leaves the stream as it was; one past the model's vocabulary is an error
     stream = DecodeStream(tok, prompt, fast=fast)
     stream.push_tokens(gen[:3])
-    with pytest.raises(DecodeError, match=str(unk[5])):
-        stream.push_token(unk[5])
+    assert stream.push_token(unk[5]) == "" and stream.push_token(unk[-1]) == ""
+    with pytest.raises(DecodeError, match=str(tok.model_vocab_size)):
+        stream.push_token(tok.model_vocab_size)
     assert stream.push_tokens(gen[3:]) + stream.flush() == expected_delta(
         tok, prompt + gen[:3], gen[3:], True
     )
+    # ... also as the first generated id (before the prompt is taken in) and inside a character
+    stream = DecodeStream(tok, [*enc("Hi"), e4], fast=fast)
+    assert stream.push_token(unk[0]) == "" and stream.push_token(bd) == ""
+    assert stream.push_token(unk[1]) == "" and stream.push_token(a0) == "你"
 
 
 @pytest.mark.parametrize("fast", PATHS)

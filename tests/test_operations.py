@@ -50,6 +50,32 @@ def test_access_log_one_line_per_request_after_the_response(caplog):
     assert '"POST /v1/completions HTTP/1.1" 404 ' in lines[2]
 
 
+def test_a_stream_ending_in_an_error_is_logged_with_its_request_id(caplog):
+    """The access line shows the error status the client read after the 200, and the server's
+    log names the request and the reason; a refused request is logged with the field."""
+    with (
+        caplog.at_level(logging.INFO),
+        serve(SyntheticConfig(output="echo", step_time=0.01)) as s,
+    ):
+        body = {"model": MODEL, "prompt": "a b c", "max_tokens": 200, "stream": True}
+        headers = {"X-Request-Id": "my-request-7"}
+        lines = []
+        with httpx.stream("POST", s.url + "/v1/completions", json=body, headers=headers) as r:
+            for line in r.iter_lines():
+                if not lines:  # streaming: the next step gives it an id past the model's
+                    s.engine.inject("bad_id")
+                lines.append(line)
+        assert any('"error"' in line for line in lines) and r.status_code == 200
+        httpx.post(s.url + "/v1/completions", json={"model": MODEL, "prompt": "x", "top_p": 7})
+    access = [r.getMessage() for r in caplog.records if r.name == "tokenwire.access"]
+    assert '"POST /v1/completions HTTP/1.1" 200 -> 500 ' in access[0], access
+    assert '"POST /v1/completions HTTP/1.1" 400 ' in access[1], access
+    server = [r.getMessage() for r in caplog.records if r.name == "tokenwire.server"]
+    failed = [m for m in server if "my-request-7" in m and "failed (500" in m]
+    assert failed and "outside the model's vocabulary" in failed[0], server
+    assert any("400" in m and "[top_p]" in m for m in server), server
+
+
 def test_access_log_can_be_disabled(caplog):
     assert build_parser().parse_args(["serve", "--disable-access-log"]).disable_access_log
     # (vLLM's name for it)

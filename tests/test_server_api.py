@@ -372,7 +372,7 @@ def test_faults(tok):
     )
     assert any(f[0] == EGRESS_TAG_ERROR for f in frames)
     per, _ = outputs(frames)
-    assert per["a"][0] == tok.vocab_size
+    assert per["a"][0] == tok.model_vocab_size
     frames, engine = run_engine(
         tok,
         SyntheticConfig(output="echo"),
@@ -505,21 +505,21 @@ ANNOTATIONS = {
 
 def test_unknown_fields_are_ignored_and_logged_once_per_name(tok, caplog, monkeypatch):
     monkeypatch.setattr(fields, "_warned", set())
-    body = {"prompt": "x", "return_routed_experts": True, "stream_output": True} | ANNOTATIONS
+    body = {"prompt": "x", "frobnicate": True, "stream_output": True} | ANNOTATIONS
     with caplog.at_level("WARNING", logger="tokenwire.server"):
         parse_completion(body, tok, "m")
         parse_completion(body, tok, "m")
         chat = {k: v for k, v in body.items() if k != "prompt"}
         parse_chat({"messages": [{"role": "user", "content": "x"}], **chat}, tok, "m")
-        parse_generate({"text": "x", "return_routed_experts": True, "bogus": 1}, tok, "m")
+        parse_generate({"text": "x", "frobnicate": True, "bogus": 1}, tok, "m")
         parse_completion(
             {"prompt": "x", "stream": True, "stream_options": {"include_usage": True, "z": 1}},
             tok,
             "m",
         )
     warned = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
-    assert len(warned) == 4, warned  # return_routed_experts, stream_output, bogus, options.z
-    for name in ("return_routed_experts", "stream_output", "bogus", "stream_options.z"):
+    assert len(warned) == 4, warned  # frobnicate, stream_output, bogus, options.z
+    for name in ("frobnicate", "stream_output", "bogus", "stream_options.z"):
         assert sum(name in w for w in warned) == 1
     assert not any(key in " ".join(warned) for key in ANNOTATIONS)
 

@@ -189,10 +189,13 @@ def test_decode_error_ends_only_that_request():
     for r, s in sinks.items():
         shard.register(r, s, tok, b("p"), SamplingParams().normalize(tok))
     shard.on_frame(frame([("a", b("x"), None), ("b", b("y"), None)]))
+    # 290: a padding id (no text, counted); 300: past the model's vocabulary (an error)
     shard.on_frame(frame([("a", [290], None), ("b", b("z"), None)]))
-    shard.on_frame(frame([("a", b("w"), None), ("b", b("!"), {"type": "length", "length": 3})]))
+    shard.on_frame(frame([("a", [300], None), ("b", b("!"), {"type": "length", "length": 3})]))
     a_items = sinks["a"].drain()
-    assert isinstance(a_items[-1], Error) and "290" in str(a_items[-1].error)
+    assert isinstance(a_items[-1], Error) and "300" in str(a_items[-1].error)
+    assert "".join(i.event.text for i in a_items[:-1]) == "x"
+    assert a_items[-2].event.completion_tokens == 2
     assert aborted == ["a"]
     b_items = sinks["b"].drain()
     assert "".join(i.event.text for i in b_items) == "yz!" and isinstance(b_items[-1], Done)

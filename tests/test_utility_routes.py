@@ -51,10 +51,17 @@ def test_tokenize_a_prompt_and_a_chat(tok):
 
 def test_detokenize(tok):
     ids = tok.encode("<|im_start|>user\nHi ✓", add_special_tokens=False)
-    assert utility.detokenize({"tokens": ids}, tok, "m") == {"prompt": "<|im_start|>user\nHi ✓"}
-    with pytest.raises(ValidationError, match="has no text") as info:
-        utility.detokenize({"tokens": [1, 151935]}, tok, "m")  # a model row past the tokenizer
-    assert info.value.param == "tokens"
+    text = "<|im_start|>user\nHi ✓"
+    assert utility.detokenize({"tokens": ids}, tok, "m") == {"prompt": text, "text": text}
+    # a model row past the tokenizer (a padding id) has no text, as in generated output
+    assert utility.detokenize({"tokens": [*ids, 151935]}, tok, "m")["text"] == text
+    # SGLang's /v1/detokenize: special tokens skipped by default, batches of id lists
+    got = utility.detokenize({"tokens": [ids, ids[-2:]]}, tok, "m", skip_special=True)
+    assert got["text"] == ["user\nHi ✓", tok.decode(ids[-2:])]
+    got = utility.detokenize(
+        {"tokens": ids, "skip_special_tokens": False}, tok, "m", skip_special=True
+    )
+    assert got["text"] == text
     with pytest.raises(ValidationError, match="out of range"):
         utility.detokenize({"tokens": [-1]}, tok, "m")
     with pytest.raises(ValidationError, match="list of token ids"):
@@ -83,7 +90,7 @@ def test_info_routes_over_http():
         r = httpx.post(s.url + "/tokenize", json={"model": MODEL, "prompt": "a b c"})
         assert r.json()["tokens"] == s.tok.encode("a b c")
         r = httpx.post(s.url + "/detokenize", json={"model": MODEL, "tokens": r.json()["tokens"]})
-        assert r.json() == {"prompt": "a b c"}
+        assert r.json() == {"prompt": "a b c", "text": "a b c"}
         r = httpx.post(s.url + "/detokenize", json={"model": "nope", "tokens": [1]})
         assert r.status_code == 404 and r.json()["error"]["code"] == "model_not_found"
 

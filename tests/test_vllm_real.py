@@ -5,13 +5,14 @@ The environment is built by ``scripts/vllm_cpu_env.py`` (CI runs it first); with
 skip with that reason (CI's strict-skip flag turns a skip into a failure). The model's weights are
 random, so greedy output is degenerate but deterministic: the tests check ids, lengths, finish
 reasons and that both servers agree, not what the text says. They decode greedily (or with a
-fixed seed, or under a grammar): sampling from random weights picks the padding ids past the
-tokenizer's vocabulary, which tokenwire refuses to decode.
+fixed seed, or under a grammar); sampling from random weights picks the padding ids past the
+tokenizer's vocabulary, which both servers decode as no text.
 """
 
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import os
 import shutil
@@ -24,12 +25,14 @@ import tempfile
 import threading
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import httpx
 import openai
 import pytest
 import trustme
 
+from tokenwire import Tokenizer
 from vllm_helpers import (
     children,
     free_port,
@@ -44,7 +47,8 @@ from prom import samples
 from test_dashboards import VLLM_DASHBOARD, problems
 from test_tracing import attrs, receiver
 
-pytestmark = pytest.mark.vllm
+# (a test's time includes starting the vLLM processes it needs: minutes on two cores)
+pytestmark = [pytest.mark.vllm, pytest.mark.timeout(1200)]
 
 ENV = vllm_env()
 if ENV is None:
@@ -82,6 +86,16 @@ class Server:
             base_url=url + "/v1", api_key="none", max_retries=0, http_client=self.http
         )
 
+    def stream_completion(self, body: dict) -> list[dict]:
+        """A streamed completion's chunks (no error event among them)."""
+        body = {"model": NAME, **body, "stream": True}
+        with httpx.stream("POST", self.url + "/v1/completions", json=body, timeout=120) as r:
+            lines = [x[6:] for x in r.iter_lines() if x.startswith("data: ")]
+        assert lines[-1] == "[DONE]"
+        chunks = [json.loads(x) for x in lines[:-1]]
+        assert not any("error" in c for c in chunks), chunks[-1]
+        return chunks
+
     def post(self, path: str, body: dict) -> dict:
         resp = self.http.post(self.url + path, json={"model": NAME, **body})
         assert resp.status_code == 200, resp.text
@@ -89,31 +103,48 @@ class Server:
 
 
 @contextlib.contextmanager
+def start_all(
+    *servers: tuple[list[str], dict[str, str], int] | tuple[list[str], dict[str, str], int, Any],
+) -> Iterator[list[Server]]:
+    """Start every ``(argv, env, port[, tls])`` server at once (vLLM's startup is minutes on two
+    cores: in parallel, not one after the other) and serve until the block ends (over TLS,
+    trusted by ``tls``, when given)."""
+    procs: list[tuple[subprocess.Popen, Path, str, list[str], Any]] = []
+    try:
+        for argv, env, port, *rest in servers:
+            tls = rest[0] if rest else None
+            log = Path(tempfile.mkstemp(prefix="tokenwire-vllm-", suffix=".log")[1])
+            with open(log, "wb") as out:
+                proc = subprocess.Popen(
+                    argv, stdout=out, stderr=subprocess.STDOUT, env=env, stdin=subprocess.DEVNULL
+                )
+            url = f"{'https' if tls else 'http'}://127.0.0.1:{port}"
+            procs.append((proc, log, url, argv, tls))
+
+        def up(proc: subprocess.Popen, log: Path, url: str, tls: Any) -> bool:
+            if proc.poll() is not None:
+                raise RuntimeError(f"server exited:\n{log.read_text()[-3000:]}")
+            try:
+                return httpx.get(url + "/health", timeout=2, verify=tls or True).status_code == 200
+            except httpx.HTTPError:
+                return False
+
+        for proc, log, url, argv, tls in procs:
+            ready = functools.partial(up, proc, log, url, tls)
+            wait_until(ready, START_TIMEOUT, f"{argv[:3]} to serve")
+        yield [Server(url, proc, log, tls or True) for proc, log, url, _, tls in procs]
+    finally:
+        for proc, log, _, _, _ in procs:
+            stop_process(proc, signal.SIGTERM, 60)
+            log.unlink(missing_ok=True)
+
+
+@contextlib.contextmanager
 def start(
     argv: list[str], env: dict[str, str], port: int, tls: ssl.SSLContext | None = None
 ) -> Iterator[Server]:
-    """``argv`` serving on ``port`` (over TLS, trusted by ``tls``, when given)."""
-    log = Path(tempfile.mkstemp(prefix="tokenwire-vllm-", suffix=".log")[1])
-    with open(log, "wb") as out:
-        proc = subprocess.Popen(
-            argv, stdout=out, stderr=subprocess.STDOUT, env=env, stdin=subprocess.DEVNULL
-        )
-    url = f"{'https' if tls else 'http'}://127.0.0.1:{port}"
-
-    def up() -> bool:
-        if proc.poll() is not None:
-            raise RuntimeError(f"server exited:\n{log.read_text()[-3000:]}")
-        try:
-            return httpx.get(url + "/health", timeout=2, verify=tls or True).status_code == 200
-        except httpx.HTTPError:
-            return False
-
-    try:
-        wait_until(up, START_TIMEOUT, f"{argv[:3]} to serve")
-        yield Server(url, proc, log, tls or True)
-    finally:
-        stop_process(proc, signal.SIGTERM, 60)
-        log.unlink(missing_ok=True)
+    with start_all((argv, env, port, tls)) as (srv,):
+        yield srv
 
 
 def tokenwire_argv(port: int) -> list[str]:
@@ -146,12 +177,58 @@ def tw() -> Iterator[Server]:
         yield srv
 
 
+#: The model's generation defaults both differential servers take (--generation-config DIR):
+#: greedy (top_k 1 under a temperature), a repetition penalty, a chat max_tokens; and the
+#: model's EOS ids, which vLLM reads from the same file.
+GENERATION_CONFIG = {
+    "temperature": 0.7,
+    "top_k": 1,
+    "repetition_penalty": 1.3,
+    "max_new_tokens": 7,
+    "bos_token_id": 151643,
+    "eos_token_id": [151645, 151643],
+}
+LORA = "tiny-lora"
+
+
 @pytest.fixture(scope="module")
-def stock() -> Iterator[Server]:
-    port = free_port()
-    argv = [ENV["vllm"], "serve", ENV["model"], "--served-model-name", NAME, "--port", str(port)]
-    with start([*argv, *VLLM_ARGS], vllm_process_env(), port) as srv:
-        yield srv
+def generation_dir() -> Iterator[str]:
+    folder = tempfile.mkdtemp(prefix="tokenwire-genconfig-")
+    Path(folder, "generation_config.json").write_text(json.dumps(GENERATION_CONFIG))
+    yield folder
+    shutil.rmtree(folder, ignore_errors=True)
+
+
+def dropin_args(generation_dir: str) -> list[str]:
+    """What both differential servers are started with: the generation config, a LoRA adapter,
+    cached-token details (vLLM's flag names, taken by both)."""
+    return [
+        "--generation-config",
+        generation_dir,
+        "--enable-lora",
+        "--lora-modules",
+        f"{LORA}={ENV['lora']}",
+        "--max-lora-rank",
+        "8",
+        "--enable-prompt-tokens-details",
+    ]
+
+
+@pytest.fixture(scope="module")
+def pair(generation_dir) -> Iterator[list[Server]]:
+    """Stock ``vllm serve`` and tokenwire over its own vLLM engine, with the same flags."""
+    a, b = free_port(), free_port()
+    stock_argv = [ENV["vllm"], "serve", ENV["model"], "--served-model-name", NAME, "--port", str(a)]
+    stock_argv += [*VLLM_ARGS, *dropin_args(generation_dir)]
+    ours_argv = [*tokenwire_argv(b), *dropin_args(generation_dir)]
+    env = vllm_process_env() | {"VLLM_SERVER_DEV_MODE": "1"}  # (tokenwire's control routes)
+    with start_all((stock_argv, vllm_process_env(), a), (ours_argv, env, b)) as servers:
+        yield servers
+
+
+@pytest.fixture(scope="module")
+def stock(pair) -> Server:
+    return pair[0]
 
 
 def greedy_ids(srv: Server, prompt: str, n: int) -> list[int]:
@@ -478,10 +555,8 @@ PROMPTS = ["Hello", "The capital of France is", "def fib(n):", "你好，世界"
 
 
 @pytest.fixture(scope="module")
-def ours() -> Iterator[Server]:
-    port = free_port()
-    with start(tokenwire_argv(port), vllm_process_env(), port) as srv:
-        yield srv
+def ours(pair) -> Server:
+    return pair[1]
 
 
 def test_same_ids_text_and_finish_as_stock_vllm(stock, ours):
@@ -494,7 +569,8 @@ def test_same_ids_text_and_finish_as_stock_vllm(stock, ours):
             assert a["text"] == b_choice["text"], prompt
             assert a["finish_reason"] == b_choice["finish_reason"]
             assert a["stop_reason"] == b_choice["stop_reason"]
-            ids = greedy_ids(ours, prompt, 12)
+            # (/generate is SGLang's: the generation config's max_new_tokens caps it not)
+            ids = greedy_ids(ours, prompt, len(b_choice["token_ids"]))
             assert ids == b_choice["token_ids"], prompt
         # A stop token id, at the first generated id.
         first = greedy_ids(ours, prompt, 1)[0]
@@ -570,6 +646,143 @@ def test_logprobs_and_prompt_logprobs_as_stock_vllm(stock, ours):
     assert [x["token"] for x in a] == [x["token"] for x in b]
     assert _close([x["logprob"] for x in a], [x["logprob"] for x in b])
     assert [len(x["top_logprobs"]) for x in a] == [len(x["top_logprobs"]) for x in b]
+
+
+# ---- drop-in: the model's defaults, engine-side fields, LoRA, cached tokens, padding ids ---------
+
+
+def both(stock: Server, ours: Server, path: str, body: dict) -> tuple[dict, dict]:
+    """The same request to stock vLLM and to tokenwire (token ids returned by both)."""
+    body = {**body, "return_token_ids": True}
+    return stock.post(path, body), ours.post(path, body)
+
+
+def out_ids(resp: dict) -> list[int]:
+    return resp["choices"][0]["token_ids"]
+
+
+def test_generation_defaults_as_stock_vllm(stock, ours):
+    """A chat request that omits temperature, top_k, the repetition penalty and max_tokens gets
+    the generation config's, as vLLM applies them: the same ids, 7 of them, greedy (and, the
+    config being a folder given by name, 7 caps every request, as vLLM's override does)."""
+    chat = {"messages": [{"role": "user", "content": "Tell me a story"}]}
+    a, b = both(stock, ours, "/v1/chat/completions", chat)
+    assert out_ids(b) == out_ids(a) and len(out_ids(b)) == 7
+    assert b["choices"][0]["message"]["content"] == a["choices"][0]["message"]["content"]
+    assert b["choices"][0]["finish_reason"] == a["choices"][0]["finish_reason"] == "length"
+    # ... and what the request says wins over them
+    neutral = {**chat, "repetition_penalty": 1.0, "temperature": 0, "max_tokens": 5}
+    a2, b2 = both(stock, ours, "/v1/chat/completions", neutral)
+    assert out_ids(b2) == out_ids(a2) and len(out_ids(b2)) == 5
+    # completions: the sampling defaults apply, max_tokens (OpenAI's 16, or 12) is capped at 7
+    for body in ({"prompt": "Hello"}, {"prompt": "Hello", "max_tokens": 12}):
+        a3, b3 = both(stock, ours, "/v1/completions", body)
+        assert out_ids(b3) == out_ids(a3) and len(out_ids(b3)) == 7
+    # the default repetition penalty changed the greedy output
+    unpenalized = ours.post(
+        "/v1/completions", {"prompt": "Hello", "repetition_penalty": 1.0, "return_token_ids": True}
+    )
+    assert out_ids(unpenalized) != out_ids(b3)
+
+
+def test_allowed_token_ids_and_bad_words_as_stock_vllm(stock, ours):
+    base = {"prompt": "The capital of France is", "max_tokens": 8, "temperature": 0}
+    plain = out_ids(ours.post("/v1/completions", {**base, "return_token_ids": True}))
+    allowed = sorted({plain[0] + 1, 1000, 2000, 3000})
+    a, b = both(stock, ours, "/v1/completions", {**base, "allowed_token_ids": allowed})
+    assert out_ids(b) == out_ids(a) and set(out_ids(b)) <= set(allowed)
+    # a generated token's text may not be generated: the output changes, as vLLM's does
+    tok = Tokenizer.from_pretrained(ENV["model"])
+
+    def alone(t: int) -> bool:
+        w = tok.decode([t])
+        return bool(w) and w == w.strip() and tok.encode(w, add_special_tokens=False) == [t]
+
+    banned = next(t for t in plain if alone(t))
+    a, b = both(stock, ours, "/v1/completions", {**base, "bad_words": [tok.decode([banned])]})
+    assert out_ids(b) == out_ids(a) and banned not in out_ids(b) and out_ids(b) != plain
+    chat = {"messages": [{"role": "user", "content": "Hi"}], "max_tokens": 6, "temperature": 0}
+    a, b = both(stock, ours, "/v1/chat/completions", {**chat, "allowed_token_ids": allowed})
+    assert out_ids(b) == out_ids(a) and set(out_ids(b)) <= set(allowed)
+
+
+def test_lora_adapter_as_stock_vllm(stock, ours):
+    base = {"prompt": "Once upon a time", "max_tokens": 7, "temperature": 0}
+    a, b = both(stock, ours, "/v1/completions", {**base, "model": LORA})
+    plain = out_ids(ours.post("/v1/completions", {**base, "return_token_ids": True}))
+    assert out_ids(b) == out_ids(a) and out_ids(b) != plain
+    assert b["model"] == a["model"] == LORA
+    # SGLang's lora_path on /generate is the same adapter
+    gen = ours.post(
+        "/generate",
+        {
+            "text": base["prompt"],
+            "lora_path": LORA,
+            "sampling_params": {"max_new_tokens": 7, "temperature": 0},
+        },
+    )
+    assert gen["output_ids"] == out_ids(b)
+    cards = {m.id: m for m in ours.client.models.list().data}
+    assert cards[LORA].model_extra["parent"] == NAME
+    assert (
+        httpx.post(ours.url + "/v1/completions", json={**base, "model": "nope"}).status_code == 404
+    )
+
+
+LONG_PROMPT = " ".join(f"word{i}" for i in range(150))  # about 400 tokens: 25 cache blocks
+
+
+def test_cached_tokens_as_stock_vllm(stock, ours):
+    body = {"prompt": LONG_PROMPT, "max_tokens": 2, "temperature": 0}
+    for srv in (stock, ours):
+        srv.post("/v1/completions", body)  # fills the prefix cache
+    a, b = both(stock, ours, "/v1/completions", body)
+    cached = b["usage"]["prompt_tokens_details"]["cached_tokens"]
+    assert cached == a["usage"]["prompt_tokens_details"]["cached_tokens"] > 0
+    gen = ours.post("/generate", {"text": LONG_PROMPT, "sampling_params": {"max_new_tokens": 2}})
+    assert gen["meta_info"]["cached_tokens"] == cached
+    # a salted request does not share the cache; the dev-mode route empties it
+    salted = ours.post("/v1/completions", {**body, "cache_salt": "another tenant"})
+    assert salted["usage"]["prompt_tokens_details"]["cached_tokens"] == 0
+    assert httpx.post(ours.url + "/reset_prefix_cache").json() == {"success": True}
+    after = ours.post("/v1/completions", body)
+    assert after["usage"]["prompt_tokens_details"]["cached_tokens"] == 0
+
+
+def test_sampled_padding_ids_decode_as_nothing_as_stock_vllm(stock, ours):
+    """The model's ids past the tokenizer (its padding rows, which random weights sample; made
+    certain here by allowing only them and two words): no request fails, each counts as a
+    token and decodes as no text, as in stock vLLM."""
+    tok = Tokenizer.from_pretrained(ENV["model"])
+    padding = [tok.vocab_size, tok.vocab_size + 100, tok.model_vocab_size - 1]
+    allowed = [*padding, *tok.encode(" yes no", add_special_tokens=False)]
+    for seed in range(3):
+        body = {
+            "prompt": "Hi",
+            "max_tokens": 7,
+            "temperature": 1.0,
+            "top_k": -1,
+            "seed": seed,
+            "ignore_eos": True,
+            "allowed_token_ids": allowed,
+        }
+        a, b = both(stock, ours, "/v1/completions", body)
+        assert out_ids(b) == out_ids(a) and b["usage"]["completion_tokens"] == 7
+        assert b["choices"][0]["text"] == a["choices"][0]["text"]
+        assert set(out_ids(b)) & set(padding)
+        chunks = ours.stream_completion({k: v for k, v in body.items() if k != "model"})
+        assert chunks[-1]["choices"][0]["finish_reason"] == "length"
+        assert "".join(c["choices"][0]["text"] for c in chunks) == b["choices"][0]["text"]
+
+
+def test_engine_control_routes_over_the_real_engine(ours):
+    assert httpx.get(ours.url + "/is_paused").json() == {"is_paused": False}
+    assert httpx.post(ours.url + "/pause?mode=keep").json() == {"status": "paused"}
+    assert httpx.get(ours.url + "/is_paused").json() == {"is_paused": True}
+    assert httpx.post(ours.url + "/resume").json() == {"status": "resumed"}
+    out = ours.post("/v1/completions", {"prompt": "Hi", "max_tokens": 2, "temperature": 0})
+    assert out["usage"]["completion_tokens"] == 2
+    assert httpx.post(ours.url + "/flush_cache").status_code == 200
 
 
 # ---- tokenwire-vllm-frontend, started by stock vllm serve ----------------------------------------

@@ -12,7 +12,13 @@ from typing import Any
 from tokenwire.messages.errors import ValidationError
 from tokenwire.tokenizer import Tokenizer
 
-__all__ = ["CUT_SLACK", "PIECE_CHARS", "encode_tail", "encode_within", "max_prompt_chars"]
+__all__ = [
+    "CUT_SLACK",
+    "PIECE_CHARS",
+    "encode_truncated",
+    "encode_within",
+    "max_prompt_chars",
+]
 
 
 # Pre-tokenizer and normalizer steps that never drop input characters (so every token covers at
@@ -97,21 +103,36 @@ def encode_within(
     return tok.encode(text, add_special_tokens=add_special_tokens)
 
 
-def encode_tail(tok: Tokenizer, text: str, keep: int, *, add_special_tokens: bool) -> list[int]:
-    """The last ``keep`` token ids of ``text`` (exactly ``encode(text)[-keep:]``). A long text is
-    counted in pieces from its end; its end is tokenized from a cut where the last ``keep``
-    tokens do not depend on where the text is cut (cutting a character earlier gives the same),
-    so only that much of the text is tokenized, unless the whole text is one such dependency (a
-    single huge word, whose tokens depend on where it starts)."""
+def encode_truncated(
+    tok: Tokenizer, text: str, keep: int, *, side: str = "left", add_special_tokens: bool
+) -> list[int]:
+    """``text``'s token ids truncated to ``keep``: its last ``keep`` (``side`` "left", vLLM's
+    default: the left is cut) or its first (``side`` "right"), exactly as truncating
+    ``encode(text)``. A long text is counted in pieces from the end it keeps, and tokenized up to
+    a cut where the kept tokens do not depend on where the text is cut (cutting one character
+    further gives the same), so only that much of the text is tokenized, unless the whole text
+    is one such dependency (a single huge word, whose tokens depend on where it starts)."""
+    right = side == "right"
     if len(text) > 2 * PIECE_CHARS:
         count = 0
-        start = len(text)
-        while start > 1:
-            start = max(1, start - PIECE_CHARS)
-            count += len(tok.encode(text[start : start + PIECE_CHARS], add_special_tokens=False))
-            if count >= keep + 2 * CUT_SLACK:
-                ids = tok.encode(text[start:], add_special_tokens=add_special_tokens)[-keep:]
-                earlier = tok.encode(text[start - 1 :], add_special_tokens=add_special_tokens)
-                if ids == earlier[-keep:]:
+        for start in _pieces(text):
+            at = start if right else max(1, len(text) - start - PIECE_CHARS)
+            piece = text[at : at + PIECE_CHARS] if right else text[at : len(text) - start]
+            count += len(tok.encode(piece, add_special_tokens=False))
+            if count < keep + 2 * CUT_SLACK or (right and at + PIECE_CHARS >= len(text)):
+                continue
+            if right:
+                cut = at + PIECE_CHARS
+                ids = tok.encode(text[:cut], add_special_tokens=add_special_tokens)[:keep]
+                further = tok.encode(text[: cut + 1], add_special_tokens=add_special_tokens)
+                if ids == further[:keep]:
                     return ids
-    return tok.encode(text, add_special_tokens=add_special_tokens)[-keep:]
+            else:
+                ids = tok.encode(text[at:], add_special_tokens=add_special_tokens)[-keep:]
+                further = tok.encode(text[at - 1 :], add_special_tokens=add_special_tokens)
+                if ids == further[-keep:]:
+                    return ids
+            if at <= 1 and not right:
+                break
+    ids = tok.encode(text, add_special_tokens=add_special_tokens)
+    return ids[:keep] if right else ids[-keep:]

@@ -47,7 +47,9 @@ _JSON_TYPES = {"string", "number", "integer", "boolean", "object", "array", "nul
 _SCHEMA_NAME = re.compile(r"[A-Za-z0-9_-]{1,64}")
 _GUIDED = ("guided_json", "guided_regex", "guided_choice", "guided_grammar")
 #: The OpenAI-route request fields this module reads.
-STRUCTURED_FIELDS = frozenset({"response_format", "structured_outputs", *_GUIDED})
+#: SGLang's top-level fields on its OpenAI routes (a JSON schema's text, a regex, an EBNF grammar).
+_SGLANG = ("json_schema", "regex", "ebnf")
+STRUCTURED_FIELDS = frozenset({"response_format", "structured_outputs", *_GUIDED, *_SGLANG})
 _SO_KEYS = ("json", "regex", "choice", "grammar", "json_object", "structural_tag")
 
 
@@ -280,6 +282,16 @@ def structured_request(
             found.append((key, ("regex", _check_regex(value, key))))
         elif key == "guided_choice":
             found.append((key, ("regex", _choice_regex(value, key))))
+        else:
+            found.append((key, ("ebnf", _grammar(value, key))))
+    for key in _SGLANG:
+        value = body.get(key)
+        if value is None:
+            continue
+        if key == "json_schema":
+            found.append((key, ("json_schema", _schema_text(value, key))))
+        elif key == "regex":
+            found.append((key, ("regex", _check_regex(value, key))))
         else:
             found.append((key, ("ebnf", _grammar(value, key))))
     if not found:

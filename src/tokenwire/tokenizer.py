@@ -80,6 +80,8 @@ class Tokenizer:
         self.config: dict[str, Any] = dict(config or {})
         model_config = dict(model_config or {})
         generation_config = dict(generation_config or {})
+        #: The model folder's ``generation_config.json`` (empty when it has none).
+        self.generation_config: dict[str, Any] = generation_config
 
         vocab = hf_tokenizer.get_vocab(with_added_tokens=True)
         ids = set(vocab.values())

@@ -51,10 +51,10 @@ _REPLACEMENT = "\ufffd"
 _FFFD_BYTES = _REPLACEMENT.encode("utf-8")
 
 
-def _unknown_id(token_id: int, vocab_size: int) -> DecodeError:
+def _unknown_id(token_id: int, model_vocab_size: int) -> DecodeError:
     return DecodeError(
-        f"generated token id {token_id} is not in the tokenizer vocabulary "
-        f"(tokenizer ids are 0..{vocab_size - 1})"
+        f"generated token id {token_id} is outside the model's vocabulary "
+        f"(its ids are 0..{model_vocab_size - 1})"
     )
 
 
@@ -64,7 +64,9 @@ class DecodeStream:
     ``push_token(id)`` returns the text that token completes (``""`` while a character is still
     partial), ``flush()`` whatever is held at the end of the stream. Concatenated, the pieces equal
     ``tokenizer.decode(prompt + generated)`` minus the decoded prompt. Prompt ids the tokenizer
-    cannot map are dropped from the context; generated ones raise ``DecodeError``.
+    cannot map are dropped from the context. A generated id below the model's vocabulary size that
+    the tokenizer lacks (a model's padding rows, which random or untrained weights sample) decodes
+    as nothing, as vLLM decodes it; one past the model's vocabulary raises ``DecodeError``.
 
     Tokenizers whose decoder is context-independent use precomputed per-token tables (no tokenizer
     call per token); any other decoder uses a generic sliding-window algorithm over ``decode``.
@@ -236,6 +238,14 @@ class DecodeStream:
             self._seed_generic()
         self.prefix_seeded = True
 
+    def _lacked(self, token_id: int) -> str:
+        """A generated id the tokenizer cannot map: no text when the model has it (a padding row),
+        ``DecodeError`` past the model's vocabulary. The stream's state is left as it was."""
+        model_vocab = self._tok.model_vocab_size
+        if 0 <= token_id < model_vocab:
+            return ""
+        raise _unknown_id(token_id, model_vocab)
+
     # ---- fast path -------------------------------------------------------------------------------
 
     def _seed_fast(self) -> None:
@@ -297,7 +307,7 @@ class DecodeStream:
         if not self.prefix_seeded:
             self._seed()
         if not 0 <= token_id < table.size or table.cls_list[token_id] == UNKNOWN:
-            raise _unknown_id(token_id, self._tok.vocab_size)
+            return self._lacked(token_id)
         c = table.cls_list[token_id]
         if c == EMPTY:
             return ""
@@ -418,14 +428,12 @@ class DecodeStream:
 
     def _push_generic(self, token_id: int) -> str:
         tok = self._tok
+        if not tok.is_known(token_id):
+            return self._lacked(token_id)
         if not self.prefix_seeded:
-            if not tok.is_known(token_id):
-                raise _unknown_id(token_id, tok.vocab_size)
             self._seed()
         g = self._g
         assert g is not None
-        if not 0 <= token_id < g.vocab_size or (g.known is not None and not g.known[token_id]):
-            raise _unknown_id(token_id, tok.vocab_size)
         if token_id in g.skipped:
             return ""
         ids = self._ids

@@ -25,11 +25,14 @@ if TYPE_CHECKING:
     from tokenwire.messages.frames import Decoded
 
 __all__ = [
+    "REQUEST_FIELDS",
     "EngineRequest",
+    "LoraAdapter",
     "Engine",
     "OutputCallback",
     "check_grammar",
     "RequestTimes",
+    "supported_request_fields",
     "supports_stop_token_sequences",
     "supports_structured_outputs",
 ]
@@ -40,15 +43,50 @@ OutputCallback = Callable[["bytes | Decoded"], None]
 
 
 @dataclass(frozen=True)
+class LoraAdapter:
+    """A LoRA adapter, as vLLM's ``LoRARequest`` names it: a name, an id unique to the server
+    (at least 1) and the folder its weights are in."""
+
+    name: str
+    id: int
+    path: str
+
+
+@dataclass(frozen=True)
 class EngineRequest:
     """One generation: ``prompt_ids`` (validated), normalized ``params`` (``n == 1``), the
-    client's scheduling ``priority`` (vLLM's sense: lower is served sooner; 0 by default)."""
+    client's scheduling ``priority`` (vLLM's sense: lower is served sooner; 0 by default), and
+    what only some engines honour (see ``REQUEST_FIELDS``): the prefix cache's ``cache_salt``,
+    a ``lora`` adapter, the ``data_parallel_rank`` to run on, a ``session_id``."""
 
     rid: str
     prompt_ids: list[int]
     params: SamplingParams
     stream: bool = True
     priority: int = 0
+    cache_salt: str | None = None
+    lora: LoraAdapter | None = None
+    data_parallel_rank: int | None = None
+    session_id: str | None = None
+
+
+#: Request fields only some engines honour (vLLM's names), each declared by an engine in its
+#: ``supported_request_fields``; the server refuses the others with a 400 naming the field.
+REQUEST_FIELDS = frozenset(
+    {
+        "allowed_token_ids",
+        "bad_words",
+        "logprob_token_ids",
+        "thinking_token_budget",
+        "vllm_xargs",
+        "kv_transfer_params",
+        "repetition_detection",
+        "cache_salt",
+        "lora",
+        "data_parallel_rank",
+        "session_id",
+    }
+)
 
 
 @runtime_checkable
@@ -71,6 +109,8 @@ class Engine(Protocol):
     def alive(self) -> bool:
         """Whether the engine can serve."""
 
+    # Optional capability (read with ``supported_request_fields``, default none):
+    # ``supported_request_fields: frozenset[str]`` -- the ``REQUEST_FIELDS`` the engine honours.
     # Optional capability (read with ``supports_structured_outputs``, default False):
     # ``supports_structured_outputs: bool`` -- the engine constrains decoding to the
     # ``SamplingParams`` fields ``json_schema``, ``regex``, ``ebnf`` and ``structural_tag``.
@@ -105,6 +145,12 @@ def supports_stop_token_sequences(engine: object) -> bool:
     """Whether ``engine`` matches stop token sequences itself (an optional engine attribute,
     ``supports_stop_token_sequences``; False when absent)."""
     return getattr(engine, "supports_stop_token_sequences", False) is True
+
+
+def supported_request_fields(engine: Any) -> frozenset[str]:
+    """The ``REQUEST_FIELDS`` ``engine`` honours (its optional ``supported_request_fields``)."""
+    fields = getattr(engine, "supported_request_fields", frozenset())
+    return frozenset(fields) & REQUEST_FIELDS
 
 
 def supports_structured_outputs(engine: Any) -> bool:

@@ -368,8 +368,8 @@ class SyntheticEngine:
     # ---- test hooks ------------------------------------------------------------------------------
 
     def inject(self, fault: str, rid: str | None = None) -> None:
-        """Make the next step misbehave: ``bad_id`` (an id past the tokenizer for ``rid``, or for
-        everyone), ``malformed`` (a corrupt frame), ``error`` (an engine error for ``rid``),
+        """Make the next step misbehave: ``bad_id`` (an id past the model's vocabulary for ``rid``,
+        or for everyone), ``malformed`` (a corrupt frame), ``error`` (an engine error for ``rid``),
         ``crash`` (the engine dies)."""
         if fault not in FAULTS:
             raise ValueError(f"fault must be one of {', '.join(FAULTS)}")
@@ -691,7 +691,7 @@ class SyntheticEngine:
                 if is_stop and not may_stop:
                     tok, is_stop = self._filler, False  # a model would not sample it yet
                 if bad_ids and (None in bad_ids or seq.rid in bad_ids):
-                    tok = self.tokenizer.vocab_size  # the first id the tokenizer cannot map
+                    tok = self.tokenizer.model_vocab_size  # the first id past the model's
                 ids.append(tok)
                 n += 1
                 seq.gen = gen + 1

@@ -5,11 +5,12 @@ such processes)."""
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import time
 from typing import Any
 
 from tokenwire.engine import Engine
-from tokenwire.entrypoints.options import engine, limits, operations, output, server
+from tokenwire.entrypoints.options import adapters, engine, limits, operations, output, server
 from tokenwire.server import ServerConfig, create_app
 from tokenwire.server.serving import TokenwireServer, uvicorn_config
 
@@ -33,7 +34,14 @@ def _serve(args: argparse.Namespace) -> int:
         raise SystemExit(f"tokenwire: {exc}") from None
     operations.apply(args)
     observe = operations.observe_config(args)
+    if args.enable_lora and args.engine != "vllm":
+        raise SystemExit("tokenwire: --enable-lora needs --engine vllm (adapters run in vLLM)")
     tok, name = server.load_tokenizer(args)
+    try:
+        defaults = output.generation_defaults(args, tok)
+    except ValueError as exc:
+        raise SystemExit(f"tokenwire: {exc}") from None
+    features = dataclasses.replace(features, generation_defaults=defaults)
     holder: dict[str, Any] = {}
 
     def should_stop() -> bool:
@@ -66,11 +74,17 @@ def _serve(args: argparse.Namespace) -> int:
             worker_index=args.worker_index,
             health_port=args.health_port,
             health_host=args.host,
+            served_model_names=tuple(server.served_names(args)[1:]),
+            lora_modules=adapters.lora_modules(args),
+            runtime_lora_updating=args.enable_lora and adapters.runtime_lora_updating(),
+            dev_mode=adapters.dev_mode(),
+            model_root=args.model or args.tokenizer,
+            tokenizer_info=args.enable_tokenizer_info_endpoint,
         ),
     )
     banner = (
-        f"tokenwire: serving {name!r} (vocab {tok.vocab_size}, model vocab {tok.model_vocab_size})"
-        f" on {server.listen_url(args)}"
+        f"tokenwire: serving {name!r} (vocab {tok.vocab_size}, model vocab {tok.model_vocab_size};"
+        f" generation defaults: {defaults.describe()}) on {server.listen_url(args)}"
     )
     where: dict[str, Any] = {"host": args.host, "port": args.port}
     if args.uds:

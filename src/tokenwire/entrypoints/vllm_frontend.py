@@ -83,9 +83,24 @@ def operations_from_args(raw: dict[str, Any]) -> argparse.Namespace:
     return argparse.Namespace(**ops)
 
 
+def _lora_modules(value: Any) -> dict[str, str]:
+    """vLLM's ``lora_modules`` as its args give them (``{"name", "path", ...}`` objects, or
+    ``name=path`` strings)."""
+    out: dict[str, str] = {}
+    for item in value or []:
+        if isinstance(item, dict) and item.get("name") and item.get("path"):
+            out[str(item["name"])] = str(item["path"])
+        elif isinstance(item, str) and "=" in item:
+            name, _, path = item.partition("=")
+            out[name] = path
+    return out
+
+
 def settings_from_args(args_json: str) -> dict[str, Any]:
-    """What tokenwire takes from vLLM's arguments: model, tokenizer, served name, context length,
-    the keep-alive timeout, and the operations flags (``operations``, a namespace)."""
+    """What tokenwire takes from vLLM's arguments: model, tokenizer, served names, context
+    length, the keep-alive timeout, the operations flags (``operations``, a namespace), the
+    generation config and its overrides, the default chat template arguments, LoRA adapters,
+    prompt-token details and the tokenizer-info route."""
     raw = json.loads(args_json or "{}")
     if not isinstance(raw, dict):
         raise SystemExit("tokenwire-vllm-frontend: --args-json must be a JSON object")
@@ -93,12 +108,19 @@ def settings_from_args(args_json: str) -> dict[str, Any]:
     if not model:
         raise SystemExit("tokenwire-vllm-frontend: --args-json names no model")
     served = raw.get("served_model_name")
-    if isinstance(served, list):
-        served = served[0] if served else None
+    names = [str(n) for n in served] if isinstance(served, list) else [served] if served else []
     return {
         "model": str(model),
         "tokenizer": str(raw.get("tokenizer") or model),
-        "served_model_name": str(served or model),
+        "served_model_name": str(names[0] if names else model),
+        "served_model_names": names[1:],
+        "generation_config": str(raw.get("generation_config") or "auto"),
+        "override_generation_config": raw.get("override_generation_config") or {},
+        "default_chat_template_kwargs": raw.get("default_chat_template_kwargs") or {},
+        "enable_lora": bool(raw.get("enable_lora")),
+        "lora_modules": _lora_modules(raw.get("lora_modules")),
+        "enable_prompt_tokens_details": bool(raw.get("enable_prompt_tokens_details")),
+        "enable_tokenizer_info_endpoint": bool(raw.get("enable_tokenizer_info_endpoint")),
         "max_model_len": raw.get("max_model_len"),
         "keep_alive": raw.get("http_timeout_keep_alive") or 5,
         "max_header_count": raw.get("h11_max_header_count") or 256,
@@ -118,6 +140,9 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     from tokenwire.engine.vllm import VllmEngine, VllmEngineConfig
     from tokenwire.entrypoints.options import operations, server
+    from tokenwire.entrypoints.options.adapters import dev_mode, runtime_lora_updating
+    from tokenwire.generation_config import load_generation_defaults
+    from tokenwire.runtime import Features
     from tokenwire.server import ServerConfig, create_app
     from tokenwire.server.serving import ConnectionLimits, uvicorn_config
     from tokenwire.tokenizer import Tokenizer
@@ -138,6 +163,19 @@ def main(argv: Sequence[str] | None = None) -> int:
             ready_timeout=settings["ready_timeout"],
         ),
     )
+    defaults = load_generation_defaults(
+        settings["generation_config"],
+        settings["model"],
+        settings["override_generation_config"],
+        model_generation_config=tok.generation_config,
+    )
+    log.info("generation defaults: %s", defaults.describe())
+    features = Features(
+        generation_defaults=defaults,
+        default_chat_template_kwargs=settings["default_chat_template_kwargs"],
+        prompt_tokens_details=settings["enable_prompt_tokens_details"],
+    )
+    lora = settings["enable_lora"]
     app = create_app(
         tok,
         engine,
@@ -145,6 +183,13 @@ def main(argv: Sequence[str] | None = None) -> int:
             model_name=settings["served_model_name"],
             access_log=not ops.disable_access_log,
             observe=observe,
+            served_model_names=tuple(settings["served_model_names"]),
+            features=features,
+            lora_modules=settings["lora_modules"] if lora else {},
+            runtime_lora_updating=lora and runtime_lora_updating(),
+            dev_mode=dev_mode(),
+            model_root=settings["model"],
+            tokenizer_info=settings["enable_tokenizer_info_endpoint"],
         ),
     )
     listener = socket.socket(fileno=args.listen_fd)

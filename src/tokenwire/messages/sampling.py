@@ -115,6 +115,20 @@ class SamplingParams:
     logprobs: int | None = None
     #: The same for each prompt token (vLLM's ``prompt_logprobs``; the first has none).
     prompt_logprobs: int | None = None
+    # vLLM's engine-side sampling fields, carried to an engine as vLLM's frontend sends them (set
+    # by the HTTP layer from a request's fields, never ``sampling_params`` keys):
+    #: Only these ids may be sampled.
+    allowed_token_ids: list[int] | None = None
+    #: Id sequences that may not be generated (``bad_words``, tokenized as vLLM does).
+    bad_words_token_ids: list[list[int]] | None = None
+    #: Report the logprobs of these ids at every position (``logprobs`` is their count).
+    logprob_token_ids: list[int] | None = None
+    #: Most tokens of thinking before the engine ends it.
+    thinking_token_budget: int | None = None
+    #: vLLM's ``extra_args`` (``vllm_xargs``, ``kv_transfer_params``...), for engine extensions.
+    extra_args: dict[str, Any] | None = None
+    #: vLLM's repetition detection (``max_pattern_size``, ``min_pattern_size``, ``min_count``).
+    repetition_detection: dict[str, int] | None = None
     # Set by normalize():
     stop_strs: list[str] | None = None
     stop_regex_strs: list[str] | None = None
@@ -337,6 +351,12 @@ _WIRE_FIELDS = tuple(f.name for f in fields(SamplingParams))
 _INPUT_FIELDS = frozenset(_WIRE_FIELDS) - {
     "logprobs",
     "prompt_logprobs",
+    "allowed_token_ids",
+    "bad_words_token_ids",
+    "logprob_token_ids",
+    "thinking_token_budget",
+    "extra_args",
+    "repetition_detection",
     "stop_strs",
     "stop_regex_strs",
     "stop_str_max_len",

@@ -4,6 +4,7 @@ adds its own to these)."""
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 from tokenwire.runtime.features import Features
@@ -17,6 +18,17 @@ class RuntimeConfig:
     """How requests are admitted, delivered and counted."""
 
     model_name: str = "tokenwire"
+    #: More names the model answers to (vLLM's several ``--served-model-name`` values).
+    served_model_names: tuple[str, ...] = ()
+    #: LoRA adapters served from the start (``--lora-modules``): name -> folder.
+    lora_modules: Mapping[str, str] = dataclasses.field(default_factory=dict)
+    #: Adapters may be loaded and unloaded at run time (vLLM's
+    #: ``VLLM_ALLOW_RUNTIME_LORA_UPDATING``): ``/v1/load_lora_adapter`` and ``/v1/unload...``.
+    runtime_lora_updating: bool = False
+    #: vLLM's ``VLLM_SERVER_DEV_MODE``: the engine-control routes (sleep, pause, caches...).
+    dev_mode: bool = False
+    #: Where the model comes from (``/v1/models``' ``root``); default: its name.
+    model_root: str | None = None
     max_concurrent_requests: int = 1024
     sink_capacity: int = 64
     #: Seconds a streaming client may read nothing while its sink is full before its request

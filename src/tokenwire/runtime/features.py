@@ -4,9 +4,12 @@ whether the engine constrains decoding."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
 
 from tokenwire.chat import CONTENT_FORMATS
+from tokenwire.generation_config import GenerationDefaults
 from tokenwire.parsers import REASONING_PARSERS, TOOL_CALL_PARSERS
 
 __all__ = ["DEFAULT_FEATURES", "REASONING_FIELDS", "Features"]
@@ -31,12 +34,22 @@ class Features:
     max_logprobs: int = 20
     #: Whether the engine constrains decoding (JSON schema, regex, grammar).
     structured_outputs: bool = False
+    #: The request fields only some engines honour that this one does (``REQUEST_FIELDS``).
+    engine_fields: frozenset[str] = frozenset()
     #: ``--chat-template``: replaces the tokenizer's template (the template text).
     chat_template: str | None = None
     #: ``--chat-template-content-format``: ``auto``, ``string`` or ``openai``.
     chat_template_content_format: str = "auto"
     #: ``--trust-request-chat-template``: a request's own ``chat_template`` is used.
     trust_request_chat_template: bool = False
+    #: ``--generation-config`` / ``--override-generation-config``: sampling defaults for requests
+    #: that omit a field (the model's ``generation_config.json``).
+    generation_defaults: GenerationDefaults = field(default_factory=GenerationDefaults)
+    #: ``--enable-prompt-tokens-details``: usage always carries
+    #: ``prompt_tokens_details.cached_tokens`` (otherwise only when the engine reports some).
+    prompt_tokens_details: bool = False
+    #: ``--default-chat-template-kwargs``: chat template arguments a request's own override.
+    default_chat_template_kwargs: Mapping[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if self.reasoning_parser is not None and self.reasoning_parser not in REASONING_PARSERS:

@@ -7,6 +7,7 @@ import time
 import uuid
 from dataclasses import dataclass, field
 
+from tokenwire.engine import LoraAdapter
 from tokenwire.messages.sampling import SamplingParams
 from tokenwire.parsers.output import OutputSpec
 
@@ -37,17 +38,36 @@ class Plan:
     #: ``/generate`` ``return_logprob``: ``(logprob_start_len, top_logprobs_num,
     #: return_text_in_logprobs)``.
     sglang_logprobs: tuple[int, int, bool] | None = None
+    #: ``/generate`` ``token_ids_logprob``: the engine's logprob columns are those ids'.
+    sglang_logprobs_by_ids: bool = False
     #: vLLM's ``prompt_logprobs`` was asked for (the response carries them).
     prompt_logprobs: bool = False
     #: Chat: how outputs are parsed (reasoning, tool calls), None for plain text.
     output: OutputSpec | None = None
     #: Chat: ``parallel_tool_calls: false`` keeps only the first call.
     parallel_tool_calls: bool = True
-    #: Chat: the message/delta keys the reasoning text goes under.
+    #: Chat: the message/delta keys the reasoning text goes under (none: it is dropped).
     reasoning_fields: tuple[str, ...] = ("reasoning",)
     #: The request field the grammar in ``params`` comes from (its refusal names it); None:
     #: ``/generate``'s, named as ``SamplingParams`` names them.
     grammar_field: str | None = None
+    #: Chat (SGLang's ``stream_reasoning``): stream the thinking as it comes, else in one piece
+    #: when it ends.
+    stream_reasoning: bool = True
+    #: vLLM's ``return_token_ids``: each choice's output ids (and, completions, its prompt's).
+    return_token_ids: bool = False
+    #: Chat: the prompt's ids at the top of the response (SGLang's ``return_prompt_token_ids``).
+    return_prompt_token_ids: bool = False
+    #: Chat (vLLM's ``return_prompt_text``): the rendered prompt, returned.
+    prompt_text: str | None = None
+    #: ``usage.prompt_tokens_details`` even with no cached tokens (SGLang's
+    #: ``return_cached_tokens_details``, vLLM's ``--enable-prompt-tokens-details``).
+    cached_details: bool = False
+    #: What only some engines honour (``EngineRequest``'s fields of the same names).
+    cache_salt: str | None = None
+    lora: LoraAdapter | None = None
+    data_parallel_rank: int | None = None
+    session_id: str | None = None
     id: str = field(default_factory=lambda: uuid.uuid4().hex)
     created: int = field(default_factory=lambda: int(time.time()))
 

@@ -26,6 +26,7 @@ from tokenwire.engine import (
     EngineRequest,
     RequestTimes,
     check_grammar,
+    supported_request_fields,
     supports_stop_token_sequences,
     supports_structured_outputs,
 )
@@ -49,6 +50,7 @@ from tokenwire.messages.frames import (
 )
 from tokenwire.runtime.config import RuntimeConfig
 from tokenwire.runtime.metrics import EngineCollector, EngineSeries, Metrics, SharedMetrics
+from tokenwire.runtime.models import ServedModels
 from tokenwire.runtime.plan import Plan
 from tokenwire.shard import DetokShard
 from tokenwire.tokenizer import Tokenizer
@@ -72,7 +74,15 @@ class Runtime:
         self.config = config
         #: The server's features, with what the engine can do.
         self.features = dataclasses.replace(
-            config.features, structured_outputs=supports_structured_outputs(engine)
+            config.features,
+            structured_outputs=supports_structured_outputs(engine),
+            engine_fields=supported_request_fields(engine),
+        )
+        #: The model names and LoRA adapters clients may name.
+        self.models = ServedModels(
+            [config.model_name, *config.served_model_names],
+            config.lora_modules,
+            root=config.model_root,
         )
         self.shard = DetokShard(self._abort_in_engine, max_stall=config.stall_timeout)
         self.metrics = Metrics(config.model_name, tokenizer.max_model_len)
@@ -104,6 +114,12 @@ class Runtime:
         max_prompt_chars(self.tokenizer)  # (a vocabulary scan)
         decode_table(self.tokenizer, False)
         await self.engine.start(self.on_output)
+        if self.models.adapters and getattr(self.engine, "supports_lora", True) is False:
+            await self.engine.close()
+            raise RuntimeError(
+                "LoRA adapters are configured but the engine was not started with LoRA enabled "
+                "(vLLM: --enable-lora)"
+            )
         for e in getattr(self.engine, "engines", None) or ():
             self.metrics.engine(int(e["rank"]))  # every engine's series from the first scrape
         engine_len = getattr(self.engine, "max_model_len", None)
@@ -267,7 +283,15 @@ class Runtime:
                     )
                     self.engine.submit(
                         EngineRequest(
-                            rid, prompt, engine_params, plan.stream, priority=plan.priority
+                            rid,
+                            prompt,
+                            engine_params,
+                            plan.stream,
+                            priority=plan.priority,
+                            cache_salt=plan.cache_salt,
+                            lora=plan.lora,
+                            data_parallel_rank=plan.data_parallel_rank,
+                            session_id=plan.session_id,
                         )
                     )
         except BaseException:

@@ -1,6 +1,7 @@
 """The access log: one line per HTTP request, written when its response is over, in uvicorn's
-shape plus the duration (``127.0.0.1:51234 - "POST /v1/completions HTTP/1.1" 200 12.3ms``).
-``--disable-access-log`` turns it off."""
+shape plus the duration (``127.0.0.1:51234 - "POST /v1/completions HTTP/1.1" 200 12.3ms``); a
+stream that ended in an error event shows that error's status too, as the client read it
+(``200 -> 500``). ``--disable-access-log`` turns it off."""
 
 from __future__ import annotations
 
@@ -10,13 +11,17 @@ from typing import Any
 
 from tokenwire.server.guard import passing
 
-__all__ = ["access_line", "logged"]
+__all__ = ["STREAM_ERROR", "access_line", "logged"]
+
+#: The ASGI scope key a response sets to the status of the error event its stream ended with.
+STREAM_ERROR = "tokenwire.stream_error"
 
 log = logging.getLogger("tokenwire.access")
 
 
 def access_line(scope: dict[str, Any], status: int | None, seconds: float) -> str:
-    """The log line of one request (``status`` None: the client left before any response)."""
+    """The log line of one request (``status`` None: the client left before any response; a
+    stream that ended in an error event shows that error's status after the response's)."""
     client = scope.get("client")
     who = f"{client[0]}:{client[1]}" if client else "-"
     path = scope.get("root_path", "") + scope.get("path", "")  # (the path a proxy was sent)
@@ -25,6 +30,9 @@ def access_line(scope: dict[str, Any], status: int | None, seconds: float) -> st
         path += "?" + query.decode("latin-1")
     version = scope.get("http_version", "1.1")
     shown = "-" if status is None else str(status)
+    ended = scope.get(STREAM_ERROR)
+    if ended is not None:
+        shown += f" -> {ended}"
     return (
         f'{who} - "{scope.get("method", "-")} {path} HTTP/{version}" {shown} {seconds * 1e3:.1f}ms'
     )

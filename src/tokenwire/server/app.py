@@ -14,7 +14,17 @@ from typing import Any
 from tokenwire.engine import Engine
 from tokenwire.messages.errors import TokenwireError
 from tokenwire.runtime import Runtime
-from tokenwire.server import access_log, anthropic, generate, limits, openai, responses, utility
+from tokenwire.server import (
+    access_log,
+    anthropic,
+    engine_control,
+    generate,
+    limits,
+    lora,
+    openai,
+    responses,
+    utility,
+)
 from tokenwire.server.config import ServerConfig
 from tokenwire.server.errors import OPENAI_ERRORS, ErrorDialect, NotFound
 from tokenwire.server.guard import guarded, passing
@@ -43,6 +53,19 @@ def _adding_headers(send: Any, headers: list[tuple[bytes, bytes]]) -> Any:
     return passing(adding, send)
 
 
+def _headers_only(send: Any) -> Any:
+    """``send`` for a HEAD request: the response's start as it is, its body left out."""
+
+    async def head(message: dict) -> None:
+        if message["type"] == "http.response.body":
+            if message.get("more_body", False):
+                return
+            message = {"type": "http.response.body", "body": b"", "more_body": False}
+        await send(message)
+
+    return passing(head, send)
+
+
 class App:
     """The ASGI application: the routes of every API over one ``Runtime``."""
 
@@ -60,12 +83,19 @@ class App:
             **anthropic.ROUTES,
             **generate.ROUTES,
             **utility.ROUTES,
+            **engine_control.ROUTES,
         }
         #: ``/health`` and ``/metrics`` on their own port (``--health-port``), once started.
         self.health: HealthListener | None = None
         #: The paths whose errors are not in OpenAI's shape, and their API's.
         self._dialects: dict[str, ErrorDialect] = dict(anthropic.DIALECTS)
         self.state.responses = responses.Responses(config.responses_store_size)
+        if config.dev_mode:
+            self._routes |= engine_control.DEV_ROUTES
+        if config.runtime_lora_updating:
+            self._routes |= lora.ROUTES
+        if config.tokenizer_info:
+            self._routes |= utility.TOKENIZER_INFO_ROUTES
         tok = runtime.tokenizer
         #: What the info routes report.
         self.facts = utility.ServerFacts(
@@ -134,7 +164,11 @@ class App:
             route = route_of(scope["path"])
             await send_error(self.runtime.metrics, send, refused, route, dialect)
             return
-        handler = self._routes.get((scope["method"], scope["path"]))
+        method = scope["method"]
+        if method == "HEAD":  # every GET route answers HEAD: its headers, no body
+            method = "GET"
+            send = _headers_only(send)
+        handler = self._routes.get((method, scope["path"]))
         if handler is not None:
             config = self.config
             try:
@@ -146,7 +180,7 @@ class App:
             receive = limits.bounded_receive(receive, config.max_request_bytes, config.body_timeout)
             current_scope.set(scope)
             await handler(self, receive, send)
-        elif scope["method"] == "GET" and scope["path"].startswith("/v1/models/"):
+        elif method == "GET" and scope["path"].startswith("/v1/models/"):
             await utility.model(self, scope["path"][len("/v1/models/") :], send)
         elif scope["path"].startswith("/v1/responses/"):
             await responses.by_id(self, scope, send)

@@ -51,3 +51,5 @@ class ServerConfig(RuntimeConfig):
     observe: ObserveConfig = dataclasses.field(default_factory=ObserveConfig)
     #: Most responses the Responses API keeps (oldest evicted first; 0: none kept).
     responses_store_size: int = DEFAULT_RESPONSES_STORE_SIZE
+    #: vLLM's ``--enable-tokenizer-info-endpoint``: ``GET /tokenizer_info``.
+    tokenizer_info: bool = False

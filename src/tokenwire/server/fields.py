@@ -9,8 +9,10 @@ import logging
 from collections.abc import Mapping
 from typing import Any
 
-from tokenwire.context_length import encode_tail, encode_within, max_prompt_chars
+from tokenwire.context_length import encode_truncated, encode_within, max_prompt_chars
+from tokenwire.engine import LoraAdapter
 from tokenwire.messages.errors import ModelNotFoundError, ValidationError
+from tokenwire.runtime.models import ServedModels
 from tokenwire.tokenizer import Tokenizer
 
 __all__ = [
@@ -20,6 +22,7 @@ __all__ = [
     "check_model",
     "check_text_length",
     "is_int",
+    "lora_path",
     "prompt_ids",
     "request_id",
     "warn_unknown",
@@ -41,16 +44,38 @@ _SHOWN_NAME = 48
 log = logging.getLogger("tokenwire.server")
 
 
-def check_model(requested: Any, served: str) -> None:
-    """``model`` must name the served model (absent or null means it); anything else is OpenAI's
-    404 ``model_not_found``."""
+def check_model(requested: Any, served: str | ServedModels) -> tuple[str, LoraAdapter | None]:
+    """``model`` must name a served model or adapter (absent or null: the model); anything else
+    is OpenAI's 404 ``model_not_found``. Returns the name a response echoes and the adapter."""
+    if not isinstance(served, str):
+        return served.resolve(requested)
     if requested is None or requested == served:
-        return
+        return served, None
     if not isinstance(requested, str):
         raise ValidationError(f"model must be a string, got {requested!r}", param="model")
     raise ModelNotFoundError(
         f"The model `{requested}` does not exist (this server serves `{served}`).", param="model"
     )
+
+
+def lora_path(body: Mapping[str, Any], served: str | ServedModels) -> LoraAdapter | None:
+    """SGLang's ``lora_path``: the adapter a request names (one, even for a batch)."""
+    value = body.get("lora_path")
+    if isinstance(value, list):
+        if not all(v is None or isinstance(v, str) for v in value):
+            raise ValidationError("lora_path must be a name or a list of names", param="lora_path")
+        names = set(value)
+        if len(names) > 1:
+            raise ValidationError(
+                "different lora_path values per prompt are not supported; send separate requests",
+                param="lora_path",
+            )
+        value = next(iter(names), None)
+    if isinstance(served, str):
+        if value:
+            raise ValidationError("this server has no LoRA adapters", param="lora_path")
+        return None
+    return served.adapter(value, "lora_path")
 
 
 def warn_unknown_fields(body: Mapping[str, Any], allowed: set[str]) -> None:
@@ -104,13 +129,13 @@ def prompt_ids(
     field: str,
     *,
     add_special: bool,
-    keep_last: int | None = None,
+    truncate: tuple[int, str] | None = None,
     n: int = 1,
 ) -> list[list[int]]:
     """``prompt`` (text, token ids, or a batch of either) as token id lists. The batch times
     ``n`` is checked against ``MAX_CHOICES`` before anything is tokenized; a text is refused as
-    soon as it is certainly past the context length, or, with ``keep_last``, only its last
-    ``keep_last`` tokens are made."""
+    soon as it is certainly past the context length, or, with ``truncate`` (how many tokens to
+    keep, and the side cut: vLLM's ``truncation_side``), only the tokens kept are made."""
     if isinstance(value, str):
         batch: list[Any] = [value]
     elif isinstance(value, list) and value and all(is_int(v) for v in value):
@@ -127,13 +152,14 @@ def prompt_ids(
     for i, p in enumerate(batch):
         where = field if len(batch) == 1 else f"{field}[{i}]"
         if isinstance(p, str):
-            if keep_last is None:
+            if truncate is None:
                 check_text_length(p, tok, where, field)
                 ids = encode_within(
                     tok, p, add_special_tokens=add_special, where=where, field=field
                 )
             else:
-                ids = encode_tail(tok, p, keep_last, add_special_tokens=add_special)
+                keep, side = truncate
+                ids = encode_truncated(tok, p, keep, side=side, add_special_tokens=add_special)
         elif isinstance(p, list) and all(is_int(v) for v in p):
             ids = list(p)
             tok.validate_prompt_ids(ids, field=where)

@@ -11,8 +11,24 @@ from tokenwire.messages.egress import Done, Error, Frame
 from tokenwire.messages.errors import ValidationError
 from tokenwire.messages.sampling import SamplingParams
 from tokenwire.runtime import DEFAULT_FEATURES, Features, Plan, Runtime
+from tokenwire.runtime.models import ServedModels
 from tokenwire.server.config import DEFAULT_LIMITS, RequestLimits
-from tokenwire.server.fields import is_int, prompt_ids, warn_unknown_fields
+from tokenwire.server.extras import (
+    ENGINE_FIELDS,
+    INFORMATIONAL,
+    REFUSED,
+    check_refused,
+    check_special_spacing,
+    engine_fields,
+    flag,
+)
+from tokenwire.server.fields import (
+    check_choices,
+    is_int,
+    lora_path,
+    prompt_ids,
+    warn_unknown_fields,
+)
 from tokenwire.server.http import SSE_DONE, sse
 from tokenwire.server.logprobs import GenerateLogprobs, TokenStrings, generate_logprobs_request
 from tokenwire.server.streaming import (
@@ -51,16 +67,20 @@ _GENERATE_KEYS = {
     "logprob_start_len",
     "top_logprobs_num",
     "return_text_in_logprobs",
-    "image_data",
     "lora_path",
     "priority",
+    "return_prompt_token_ids",
+    "modalities",
+    *REFUSED,
+    *ENGINE_FIELDS,
+    *INFORMATIONAL,
 }
 
 
 def parse_generate(
     body: Any,
     tok: Tokenizer,
-    model: str,
+    model: str | ServedModels,
     *,
     limits: RequestLimits = DEFAULT_LIMITS,
     features: Features = DEFAULT_FEATURES,
@@ -70,9 +90,15 @@ def parse_generate(
     if not isinstance(body, dict):
         raise ValidationError("the request body must be a JSON object", param=None)
     warn_unknown_fields(body, _GENERATE_KEYS)
-    for key in ("image_data", "lora_path"):
-        if body.get(key):
-            raise ValidationError(f"{key} is not supported by this server", param=key)
+    check_refused(body)
+    if body.get("modalities") not in (None, [], ["text"]):
+        raise ValidationError("modalities other than text are not supported", param="modalities")
+    lora = lora_path(body, model)
+    if lora is not None and "lora" not in features.engine_fields:
+        raise ValidationError(
+            "LoRA adapters need an engine that serves them; this server's engine does not",
+            param="lora_path",
+        )
     has_text = body.get("text") is not None
     has_ids = body.get("input_ids") is not None
     if has_text == has_ids:
@@ -110,7 +136,12 @@ def parse_generate(
             )
         sp = sp[0]
     check_grammar_params(sp, supported=features.structured_outputs)
-    params = SamplingParams.from_dict(sp)
+    params = SamplingParams.from_dict(_with_defaults(sp, features))
+    n = params.n
+    if n < 1:
+        raise ValidationError(f"n must be at least 1, got {n}", param="n")
+    params.n = 1  # (SGLang's parallel sampling: n requests per prompt, fanned out here)
+    check_choices(len(prompts) * n)
     limit = tok.max_model_len
     longest = max(len(p) for p in prompts)
     if limit and longest >= limit:
@@ -129,8 +160,18 @@ def parse_generate(
         )
     params.normalize(tok, max_stop_str_len=limits.max_stop_str_len)
     params.verify(tok.model_vocab_size)
+    check_special_spacing(params, tok, "spaces_between_special_tokens")
     if sglang_lp is not None:
         params.logprobs = params.prompt_logprobs = sglang_lp[1]
+    engine_kw = engine_fields(body, tok, features, params)
+    by_ids = params.logprob_token_ids is not None
+    if by_ids:
+        if sglang_lp is None:
+            raise ValidationError(
+                "token_ids_logprob needs return_logprob: true", param="token_ids_logprob"
+            )
+        params.logprobs = len(params.logprob_token_ids or ())
+        sglang_lp = (sglang_lp[0], 0)
     rids = body.get("rid")
     if rids is not None:
         rid_list = [rids] if isinstance(rids, str) else rids
@@ -149,21 +190,49 @@ def parse_generate(
         raise ValidationError(
             f"priority must be a (32-bit) integer, got {priority!r}", param="priority"
         )
+    extra: dict[str, Any] = {}
+    if n > 1:  # the samples get rids of their own (the client's rid as their prefix)
+        if rids is not None:
+            if len(rids) != 1:
+                raise ValidationError(
+                    "with n > 1, rid must be one string (the samples are rid-0, rid-1, ...)",
+                    param="rid",
+                )
+            extra["id"] = rids[0]
+        rids = None
     return Plan(
         "generate",
         prompts,
         params,
-        1,
+        n,
         stream,
         False,
-        model,
+        model if isinstance(model, str) else model.primary,
         rids=rids,
-        batch=bool(batch),
+        batch=bool(batch) or n > 1,
         priority=priority or 0,
         sglang_logprobs=(
             None if sglang_lp is None else (*sglang_lp, body.get("return_text_in_logprobs") is True)
         ),
+        sglang_logprobs_by_ids=by_ids,
+        lora=lora,
+        return_prompt_token_ids=flag(body, "return_prompt_token_ids", False),
+        **engine_kw,
+        **extra,
     )
+
+
+def _with_defaults(sp: Any, features: Features) -> Any:
+    """``sampling_params`` with the model's generation defaults for the sampling values it omits
+    (as SGLang's preferred sampling params; ``max_new_tokens`` keeps SGLang's default)."""
+    defaults = features.generation_defaults.values
+    if not defaults or (sp is not None and not isinstance(sp, dict)):
+        return sp
+    out = dict(sp or {})
+    for key, value in defaults.items():
+        if key != "max_new_tokens" and out.get(key) is None:
+            out[key] = value
+    return out
 
 
 async def collect_generate(rt: Runtime, plan: Plan, subs: Subs) -> tuple[int, Any]:
@@ -171,7 +240,7 @@ async def collect_generate(rt: Runtime, plan: Plan, subs: Subs) -> tuple[int, An
     if not isinstance(got, Gathered):
         return got
     out = [
-        _generate_body(rid, "".join(got.texts[k]), got.ids[k], got.finals[k], len(plan.prompts[p]))
+        _generate_body(rid, "".join(got.texts[k]), got.ids[k], got.finals[k], plan, plan.prompts[p])
         for k, (rid, p, _) in enumerate(subs)
     ]
     shapers = _generate_logprobs(rt, plan, subs)
@@ -189,24 +258,33 @@ def _generate_logprobs(rt: Runtime, plan: Plan, subs: Subs) -> list[GenerateLogp
         return None
     start, top, with_text = plan.sglang_logprobs
     strings = TokenStrings(rt.tokenizer)
-    return [GenerateLogprobs(strings, plan.prompts[p], start, top, with_text) for _, p, _ in subs]
+    by_ids = plan.sglang_logprobs_by_ids
+    return [
+        GenerateLogprobs(strings, plan.prompts[p], start, top, with_text, by_ids=by_ids)
+        for _, p, _ in subs
+    ]
 
 
-def _generate_body(rid: str, text: str, ids: list[int], final: Any, prompt_tokens: int) -> dict:
+def _generate_body(
+    rid: str, text: str, ids: list[int], final: Any, plan: Plan, prompt: list[int]
+) -> dict:
     """SGLang's response shape; the last one of a request also carries ``cached_tokens``,
     ``reasoning_tokens`` and ``matched_stop``."""
     fr = final.finish_reason if final is not None else None
     meta: dict[str, Any] = {
         "id": rid,
         "finish_reason": fr.to_json() if fr is not None else None,
-        "prompt_tokens": prompt_tokens,
+        "prompt_tokens": len(prompt),
         "completion_tokens": final.completion_tokens if final is not None else len(ids),
     }
     if final is not None:
         meta["cached_tokens"] = final.cached_tokens
         meta["reasoning_tokens"] = final.reasoning_tokens
         meta["matched_stop"] = matched_stop(fr)
-    return {"text": text, "output_ids": ids, "meta_info": meta}
+    out = {"text": text, "output_ids": ids, "meta_info": meta}
+    if plan.return_prompt_token_ids:
+        out["prompt_token_ids"] = prompt
+    return out
 
 
 class GenerateStreamer(Streamer):
@@ -244,7 +322,7 @@ class GenerateStreamer(Streamer):
             rid, p, _ = self.subs[index]
             final = item if isinstance(item, Done) else None
             body = _generate_body(
-                rid, self.texts[index], self.ids[index], final, len(self.plan.prompts[p])
+                rid, self.texts[index], self.ids[index], final, self.plan, self.plan.prompts[p]
             )
             if self.logprobs is not None:
                 body["meta_info"] |= self.logprobs[index].meta()
@@ -266,7 +344,7 @@ async def generate(app: App, receive: Any, send: Any) -> None:
 
     def plan_of(body: Any) -> Plan:
         return parse_generate(
-            body, rt.tokenizer, config.model_name, limits=config.limits, features=rt.features
+            body, rt.tokenizer, rt.models, limits=config.limits, features=rt.features
         )
 
     def streamer(plan: Plan, subs: Subs) -> GenerateStreamer:
@@ -278,4 +356,7 @@ async def generate(app: App, receive: Any, send: Any) -> None:
     await serve_plan(rt, receive, send, "generate", plan_of, streamer, gathered)
 
 
-ROUTES: dict[tuple[str, str], Handler] = {("POST", "/generate"): generate}
+ROUTES: dict[tuple[str, str], Handler] = {
+    ("POST", "/generate"): generate,
+    ("PUT", "/generate"): generate,  # (SGLang serves both)
+}

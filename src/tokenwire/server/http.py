@@ -5,6 +5,7 @@ reading a JSON body."""
 from __future__ import annotations
 
 import contextvars
+import logging
 from typing import Any
 
 import msgspec
@@ -31,6 +32,7 @@ __all__ = [
 ]
 
 _json = msgspec.json.Encoder()
+log = logging.getLogger("tokenwire.server")
 
 
 def encode(obj: Any) -> bytes:
@@ -63,7 +65,19 @@ async def send_error(
     route: str,
     dialect: ErrorDialect = OPENAI_ERRORS,
 ) -> None:
-    """Answer with ``err`` in the API's shape (OpenAI's by default), counted under ``route``."""
+    """Answer with ``err`` in the API's shape (OpenAI's by default), counted under ``route``
+    (and logged: a client's error at INFO, with the field it names, the server's at ERROR)."""
+    rid = header(current_scope.get(), b"x-request-id")
+    log.log(
+        logging.ERROR if err.status >= 500 else logging.INFO,
+        "%s: %d %s%s%s: %s",
+        route,
+        err.status,
+        err.error_type,
+        f" (request {rid})" if rid else "",
+        f" [{err.param}]" if err.param else "",
+        err.detail[:300],
+    )
     metrics.requests.labels(route, str(err.status)).inc()
     metrics.request_errors.labels(err.error_type).inc()
     # A body refused part-way is not read to its end: the connection goes with it.

@@ -231,8 +231,10 @@ def chat_logprobs_request(body: Any, max_logprobs: int) -> tuple[int | None, int
     flag = body.get("logprobs")
     if flag is not None and not isinstance(flag, bool):
         raise ValidationError(f"logprobs must be a boolean, got {flag!r}", param="logprobs")
-    if body.get("echo") not in (None, False):
-        raise ValidationError("echo is not supported for chat completions", param="echo")
+    if body.get("echo") not in (None, False) and flag:
+        raise ValidationError(
+            "echo with logprobs is not supported for chat completions", param="echo"
+        )
     top = _count(body, "top_logprobs", max_logprobs)
     if top and not flag:
         raise ValidationError("top_logprobs needs logprobs: true", param="top_logprobs")
@@ -349,8 +351,18 @@ class GenerateLogprobs:
     logprob), cumulative in every streamed chunk as SGLang's are."""
 
     def __init__(
-        self, strings: TokenStrings, prompt: Sequence[int], start: int, top: int, with_text: bool
+        self,
+        strings: TokenStrings,
+        prompt: Sequence[int],
+        start: int,
+        top: int,
+        with_text: bool,
+        *,
+        by_ids: bool = False,
     ) -> None:
+        #: ``token_ids_logprob``: the top columns are the requested ids' (SGLang's
+        #: ``output_token_ids_logprobs``).
+        self.by_ids = by_ids
         self.strings = strings
         self.prompt = prompt
         self.start = len(prompt) - 1 if start < 0 else min(start, len(prompt))
@@ -377,16 +389,19 @@ class GenerateLogprobs:
                     tid, lp, top = rows[pos - 1]
                     self.input.append(self._triple(lp, tid))
                     self.input_top.append([self._triple(v, t) for t, v in top[: self.top]])
+        keep = None if self.by_ids else self.top
         for tid, lp, top in rows_from_extras(extras, "out")[: len(token_ids)]:
             self.output.append(self._triple(lp, tid))
-            self.output_top.append([self._triple(v, t) for t, v in top[: self.top]])
+            self.output_top.append([self._triple(v, t) for t, v in top[:keep]])
 
     def meta(self) -> dict[str, Any]:
         out: dict[str, Any] = {
             "input_token_logprobs": self.input or [],
             "output_token_logprobs": self.output,
         }
-        if self.top:
+        if self.by_ids:
+            out["output_token_ids_logprobs"] = self.output_top
+        elif self.top:
             out["input_top_logprobs"] = self.input_top
             out["output_top_logprobs"] = self.output_top
         return out

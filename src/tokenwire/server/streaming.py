@@ -18,6 +18,7 @@ from tokenwire.messages.finish_reason import FinishReason
 from tokenwire.runtime import Plan, Runtime
 from tokenwire.runtime.metrics import EngineSeries
 from tokenwire.server import limits
+from tokenwire.server.access_log import STREAM_ERROR
 from tokenwire.server.direct_stream import DirectStream
 from tokenwire.server.errors import OPENAI_ERRORS, ErrorDialect
 from tokenwire.server.guard import direct
@@ -40,6 +41,7 @@ __all__ = [
     "collect",
     "count_finish",
     "gather",
+    "log_failure",
     "matched_stop",
     "merged",
     "serve_plan",
@@ -269,6 +271,7 @@ async def gather(
                 for rid, _, sink in subs:
                     rt.abort(rid, sink)
                 rt.metrics.request_errors.labels(item.error.error_type).inc()
+                log_failure(subs, item.error)
                 return item.error.status, dialect.body(item.error)
             got.texts[index].append(item.text)
             got.ids[index].extend(item.token_ids)
@@ -279,6 +282,16 @@ async def gather(
                 text = "".join(got.texts[index]) if tracker.record is not None else None
                 count_finish(rt, item, tracker, text)
     return got
+
+
+def log_failure(subs: Subs, err: TokenwireError, scope: dict | None = None) -> None:
+    """A request that ended in an error, in the server's log with its request ids and the
+    reason; a stream's error status goes to the access log too (``scope``)."""
+    rids = ", ".join(rid for rid, _, _ in subs[:4]) + (", ..." if len(subs) > 4 else "")
+    level = logging.ERROR if err.status >= 500 else logging.WARNING
+    log.log(level, "request %s failed (%d %s): %s", rids, err.status, err.error_type, err)
+    if scope is not None:
+        scope[STREAM_ERROR] = err.status
 
 
 def count_finish(rt: Runtime, done: Any, tracker: Tracker, text: str | None = None) -> None:
@@ -319,6 +332,7 @@ class Streamer:
         self.tracker = Tracker.of(rt, subs)
         #: The error the stream ended with, if it did (its status is the request's outcome).
         self.failed: TokenwireError | None = None
+        self._scope = current_scope.get()  # (errors may be written from a loop callback)
 
     def head(self) -> bytes:
         return b""
@@ -333,6 +347,7 @@ class Streamer:
         if self.tracker.record is not None:
             self.tracker.record.error = err.error_type
         self.rt.metrics.request_errors.labels(err.error_type).inc()
+        log_failure(self.subs, err, self._scope)
         return self.dialect.stream_end(err)
 
     def close(self) -> None:

@@ -6,6 +6,7 @@ naming the field; the handlers at the end send them."""
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -20,11 +21,14 @@ from tokenwire.messages.errors import (
     TokenwireError,
     ValidationError,
 )
-from tokenwire.runtime import DEFAULT_FEATURES, Features
+from tokenwire.messages.sampling import SamplingParams
+from tokenwire.runtime import DEFAULT_FEATURES, Features, Plan
+from tokenwire.runtime.models import ServedModels
 from tokenwire.server import limits
 from tokenwire.server.fields import check_model, check_text_length, warn_unknown_fields
 from tokenwire.server.http import encode, read_json, respond, send_error
 from tokenwire.server.openai.parse import render_conversation
+from tokenwire.server.streaming import Gathered, gather
 from tokenwire.tokenizer import Tokenizer
 
 if TYPE_CHECKING:
@@ -41,6 +45,7 @@ __all__ = [
     "model_info",
     "server_info",
     "parse_abort",
+    "tokenizer_info",
 ]
 
 _TOKENIZE_KEYS = {"model", "prompt", "add_special_tokens", "return_token_strs"}
@@ -74,10 +79,11 @@ def _flag(body: Mapping[str, Any], name: str, default: bool) -> bool:
 
 
 def tokenize(
-    body: Any, tok: Tokenizer, model: str, features: Features = DEFAULT_FEATURES
+    body: Any, tok: Tokenizer, model: str | ServedModels, features: Features = DEFAULT_FEATURES
 ) -> dict[str, Any]:
-    """vLLM's ``/tokenize``: ``prompt`` (special tokens added by default) or ``messages``
-    (rendered as ``/v1/chat/completions`` renders them; no special tokens added by default) ->
+    """vLLM's ``/tokenize`` (and SGLang's ``/v1/tokenize``): ``prompt`` (special tokens added by
+    default; SGLang's list of prompts gives lists) or ``messages`` (rendered as
+    ``/v1/chat/completions`` renders them; no special tokens added by default) ->
     ``{"count", "max_model_len", "tokens", "token_strs"}``."""
     body = _object(body)
     check_model(body.get("model"), model)
@@ -88,20 +94,19 @@ def tokenize(
         text, _ = render_conversation(body, tok, features)
     else:
         text = body.get("prompt")
+        if isinstance(text, list) and text and all(isinstance(t, str) for t in text):
+            batch = [_within(tok, t, add_special, "prompt") for t in text]
+            return {
+                "count": [len(ids) for ids in batch],
+                "max_model_len": tok.max_model_len,
+                "tokens": batch,
+                "token_strs": None,
+            }
         if not isinstance(text, str):
-            raise ValidationError("give prompt (a string) or messages", param="prompt")
-    # A text past the context is refused, as a generation route refuses it (vLLM's /tokenize
-    # answers any length; tokenizing a huge text unbounded costs hundreds of bytes a token).
-    field = "messages" if chat else "prompt"
-    check_text_length(text, tok, "the text", field)
-    ids = encode_within(tok, text, add_special_tokens=add_special, where="the text", field=field)
-    limit = tok.max_model_len
-    if limit is not None and len(ids) > limit:
-        raise ValidationError(
-            f"This model's maximum context length is {limit} tokens. However, the text has "
-            f"{len(ids)} tokens.",
-            param=field,
-        )
+            raise ValidationError(
+                "give prompt (a string or a list of strings) or messages", param="prompt"
+            )
+    ids = _within(tok, text, add_special, "messages" if chat else "prompt")
     strs = None
     if _flag(body, "return_token_strs", False):
         strs = [tok.id_to_token(i) for i in ids]
@@ -113,23 +118,59 @@ def tokenize(
     }
 
 
-def detokenize(body: Any, tok: Tokenizer, model: str) -> dict[str, Any]:
-    """vLLM's ``/detokenize``: ``tokens`` -> ``{"prompt": text}`` (special tokens kept, as vLLM
-    decodes them)."""
+def _within(tok: Tokenizer, text: str, add_special: bool, field: str) -> list[int]:
+    """A text's ids; one past the context is refused, as a generation route refuses it (vLLM's
+    /tokenize answers any length, but tokenizing a huge text costs hundreds of bytes a token)."""
+    check_text_length(text, tok, "the text", field)
+    ids = encode_within(tok, text, add_special_tokens=add_special, where="the text", field=field)
+    limit = tok.max_model_len
+    if limit is not None and len(ids) > limit:
+        raise ValidationError(
+            f"This model's maximum context length is {limit} tokens. However, the text has "
+            f"{len(ids)} tokens.",
+            param=field,
+        )
+    return ids
+
+
+def detokenize(
+    body: Any, tok: Tokenizer, model: str | ServedModels, *, skip_special: bool = False
+) -> dict[str, Any]:
+    """vLLM's ``/detokenize`` and SGLang's ``/v1/detokenize``: ``tokens`` (SGLang: or a list of
+    such lists) -> the text as ``prompt`` (vLLM's key) and ``text`` (SGLang's). Special tokens are
+    kept unless ``skip_special_tokens`` (default ``skip_special``: vLLM keeps them, SGLang
+    skips them); ids the model has and the tokenizer lacks have no text."""
     body = _object(body)
     check_model(body.get("model"), model)
-    warn_unknown_fields(body, {"model", "tokens"})
+    warn_unknown_fields(body, {"model", "tokens", "skip_special_tokens"})
+    skip = _flag(body, "skip_special_tokens", skip_special)
     ids = body.get("tokens")
+    if isinstance(ids, list) and ids and all(isinstance(x, list) for x in ids):
+        texts = [_decode(x, tok, skip) for x in ids]
+        return {"prompt": texts, "text": texts}
     if not isinstance(ids, list):
         raise ValidationError("tokens must be a list of token ids", param="tokens")
+    text = _decode(ids, tok, skip)
+    return {"prompt": text, "text": text}
+
+
+def _decode(ids: list[Any], tok: Tokenizer, skip: bool) -> str:
     tok.validate_prompt_ids(ids, field="tokens")
-    for pos, i in enumerate(ids):
-        if not tok.is_known(i):
-            raise ValidationError(
-                f"tokens[{pos}] = {i} has no text: the tokenizer's ids are 0..{tok.vocab_size - 1}",
-                param="tokens",
-            )
-    return {"prompt": tok.decode(ids, skip_special_tokens=False)}
+    return tok.decode([i for i in ids if tok.is_known(i)], skip_special_tokens=skip)
+
+
+def tokenizer_info(tok: Tokenizer) -> dict[str, Any]:
+    """vLLM's ``/tokenizer_info``: the tokenizer's configuration (``tokenizer_config.json``, its
+    special tokens as their text), its class and chat template."""
+    out: dict[str, Any] = {}
+    for key, value in tok.config.items():
+        if key in ("vocab_file", "merges_file", "added_tokens_decoder"):
+            continue
+        out[key] = value.get("content", value) if isinstance(value, dict) else value
+    out.setdefault("tokenizer_class", "PreTrainedTokenizerFast")
+    if tok.chat_template:
+        out["chat_template"] = tok.chat_template
+    return out
 
 
 def version() -> dict[str, str]:
@@ -201,32 +242,26 @@ def parse_abort(body: Any) -> AbortRequest:
 # ---- the handlers --------------------------------------------------------------------------------
 
 
-def model_card(app: App) -> dict[str, Any]:
-    """The served model, as ``/v1/models`` lists it."""
+def model_cards(app: App) -> list[dict[str, Any]]:
+    """The served models (every name, every LoRA adapter), as ``/v1/models`` lists them."""
     rt = app.runtime
-    return {
-        "id": app.config.model_name,
-        "object": "model",
-        "created": 0,
-        "owned_by": "tokenwire",
-        "root": app.config.model_name,
-        "parent": None,
-        "max_model_len": rt.tokenizer.max_model_len,
-    }
+    return rt.models.cards(rt.tokenizer.max_model_len)
 
 
 async def _models(app: App, receive: Any, send: Any) -> None:
-    await respond(send, 200, encode({"object": "list", "data": [model_card(app)]}))
+    await respond(send, 200, encode({"object": "list", "data": model_cards(app)}))
 
 
 async def model(app: App, model_id: str, send: Any) -> None:
-    """``GET /v1/models/{id}``: the model's card, or OpenAI's 404 ``model_not_found``."""
+    """``GET /v1/models/{id}``: the model's (or adapter's) card, or OpenAI's 404
+    ``model_not_found``."""
     try:
-        check_model(model_id, app.config.model_name)
+        name, _ = check_model(model_id, app.runtime.models)
     except TokenwireError as err:
         await send_error(app.runtime.metrics, send, err, "models")
         return
-    await respond(send, 200, encode(model_card(app)))
+    card = next(c for c in model_cards(app) if c["id"] == name)
+    await respond(send, 200, encode(card))
 
 
 async def _health(app: App, receive: Any, send: Any) -> None:
@@ -267,7 +302,7 @@ async def _json_route(
 
 async def _tokenize(app: App, receive: Any, send: Any) -> None:
     rt = app.runtime
-    tok, name = rt.tokenizer, app.config.model_name
+    tok, name = rt.tokenizer, rt.models
     await _json_route(
         app,
         receive,
@@ -279,10 +314,60 @@ async def _tokenize(app: App, receive: Any, send: Any) -> None:
 
 
 async def _detokenize(app: App, receive: Any, send: Any) -> None:
-    tok, name = app.runtime.tokenizer, app.config.model_name
+    tok, name = app.runtime.tokenizer, app.runtime.models
     await _json_route(
         app, receive, send, "detokenize", lambda body: detokenize(body, tok, name), pure=True
     )
+
+
+async def _detokenize_sglang(app: App, receive: Any, send: Any) -> None:
+    tok, name = app.runtime.tokenizer, app.runtime.models
+
+    def answer(body: Any) -> dict[str, Any]:
+        return detokenize(body, tok, name, skip_special=True)
+
+    await _json_route(app, receive, send, "detokenize", answer, pure=True)
+
+
+async def _tokenizer_info(app: App, receive: Any, send: Any) -> None:
+    tok = app.runtime.tokenizer
+    await _json_route(app, None, send, "tokenizer_info", lambda _: tokenizer_info(tok))
+
+
+async def _load(app: App, receive: Any, send: Any) -> None:
+    """vLLM's ``/load``: the engine requests in flight."""
+    running = len(app.runtime.shard)
+    await _json_route(app, None, send, "load", lambda _: {"server_load": running})
+
+
+#: Seconds ``/health_generate`` waits for its one token.
+HEALTH_GENERATE_TIMEOUT = 20.0
+
+
+async def _health_generate(app: App, receive: Any, send: Any) -> None:
+    """SGLang's ``/health_generate``: the engine generates one token (greedy, from token 0)."""
+    rt = app.runtime
+    plan = Plan(
+        "generate",
+        [[0]],
+        SamplingParams(max_new_tokens=1, temperature=0.0).normalize(rt.tokenizer),
+        model=rt.models.primary,
+    )
+    subs = []
+    try:
+        subs = rt.submit(plan)
+        got = await asyncio.wait_for(gather(rt, subs), HEALTH_GENERATE_TIMEOUT)
+        if not isinstance(got, Gathered):
+            raise QueueFullError("the engine failed to generate")
+    except (TokenwireError, asyncio.TimeoutError) as exc:
+        for rid, _, sink in subs:
+            rt.abort(rid, sink)
+        err = exc if isinstance(exc, TokenwireError) else QueueFullError("no token in time")
+        await send_error(rt.metrics, send, QueueFullError(err.detail), "health_generate")
+        return
+    finally:
+        rt.finished()
+    await respond(send, 200, b"")
 
 
 async def _version(app: App, receive: Any, send: Any) -> None:
@@ -328,5 +413,17 @@ ROUTES: dict[tuple[str, str], Handler] = {
     ("POST", "/ping"): _health,
     ("GET", "/get_model_info"): _model_info,
     ("GET", "/get_server_info"): _server_info,
+    ("GET", "/server_info"): _server_info,
     ("POST", "/abort_request"): _abort_request,
+    # SGLang's tokenizer routes (its shapes: batches, text) and health with generation
+    ("POST", "/v1/tokenize"): _tokenize,
+    ("POST", "/v1/detokenize"): _detokenize_sglang,
+    ("GET", "/health_generate"): _health_generate,
+    # vLLM's server load
+    ("GET", "/load"): _load,
+}
+
+#: Served with ``--enable-tokenizer-info-endpoint`` (vLLM's flag).
+TOKENIZER_INFO_ROUTES: dict[tuple[str, str], Handler] = {
+    ("GET", "/tokenizer_info"): _tokenizer_info,
 }

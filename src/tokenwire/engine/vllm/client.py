@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING, Any
 import zmq
 import zmq.asyncio
 
-from tokenwire.engine import EngineRequest, OutputCallback, RequestTimes
+from tokenwire.engine import REQUEST_FIELDS, EngineRequest, OutputCallback, RequestTimes
 from tokenwire.engine.vllm import protocol as wire
 from tokenwire.messages.errors import CodecError, QueueFullError, ValidationError
 from tokenwire.messages.finish_reason import FinishReason
@@ -148,6 +148,9 @@ class VllmEngine:
 
     #: vLLM constrains decoding itself (``structured_outputs``).
     supports_structured_outputs = True
+    #: vLLM's engine honours every engine-side request field (LoRA when it was started with
+    #: ``--enable-lora``, the thinking budget with a reasoning config).
+    supported_request_fields = REQUEST_FIELDS
 
     def __init__(self, tokenizer: Tokenizer, config: VllmEngineConfig) -> None:
         self.tokenizer = tokenizer
@@ -167,6 +170,9 @@ class VllmEngine:
         self._max_tokens: dict[str, int | None] = {}
         #: Top counts (output, prompt; -1 for none) of requests that asked for logprobs.
         self._logprobs: dict[str, tuple[int, int]] = {}
+        #: Prompt tokens each running request found in the engine's prefix cache (from its
+        #: first output's prefill stats), while any is above 0.
+        self._cached: dict[str, int] = {}
         self._pending_aborts: dict[bytes, list[str]] = {}
         self._abort_scheduled = False
         self._utility: dict[int, asyncio.Future[Any]] = {}
@@ -277,7 +283,17 @@ class VllmEngine:
         if p.max_new_tokens == 0 and p.prompt_logprobs is None:
             self._finish_locally(request)
             return
-        core = min((c for c in self._cores if c.serving), key=lambda c: len(c.in_flight))
+        if request.data_parallel_rank is not None:
+            core = next(
+                (c for c in self._cores if c.serving and c.rank == request.data_parallel_rank), None
+            )
+            if core is None:
+                raise ValidationError(
+                    f"no live engine has data-parallel rank {request.data_parallel_rank}",
+                    param="data_parallel_rank",
+                )
+        else:
+            core = min((c for c in self._cores if c.serving), key=lambda c: len(c.in_flight))
         sampling = wire.sampling_params_map(
             request.params, len(request.prompt_ids), self.max_model_len, self.eos
         )
@@ -524,6 +540,9 @@ class VllmEngine:
                         if not core.healthy:
                             self._answers_again(core)
                     if msg.outputs:
+                        for o in msg.outputs:
+                            if o.prefill_stats is not None:
+                                self._prefilled(o.request_id, o.prefill_stats)
                         try:
                             batch = wire.to_batch(
                                 msg.outputs,
@@ -535,6 +554,9 @@ class VllmEngine:
                         except CodecError as exc:
                             self._malformed(buf, exc, msg.engine_index)
                             continue
+                        if self._cached:
+                            get = self._cached.get
+                            batch.decoded.cached_tokens = [get(r, 0) for r in batch.decoded.rids]
                         for rid in batch.finished:
                             self._forget(rid)
                         if msg.engine_index:
@@ -734,7 +756,29 @@ class VllmEngine:
             del self._prompt_lens[rid]
             del self._max_tokens[rid]
             self._logprobs.pop(rid, None)
+            if self._cached:
+                self._cached.pop(rid, None)
         return core
+
+    def _prefilled(self, rid: str, stats: Any) -> None:
+        cached = stats.get("num_cached_tokens") if isinstance(stats, dict) else None
+        if isinstance(cached, int) and cached > 0 and rid in self._owner:
+            self._cached[rid] = cached
+
+    @property
+    def supports_lora(self) -> bool:
+        """Whether every engine was started with LoRA enabled (its ready response says so)."""
+        return bool(self._cores) and all(c.ready.get("supports_lora") for c in self._cores)
+
+    async def call_all(self, method: str, *args: Any) -> list[Any]:
+        """A utility method on every live engine, their results in rank order (vLLM's
+        ``call_utility_all``)."""
+        ranks = [c.rank for c in self._cores if c.alive]
+        if not ranks:
+            raise QueueFullError("no live engine to call")
+        return list(
+            await asyncio.gather(*(self.call_utility(method, *args, rank=r) for r in ranks))
+        )
 
     def _flush_aborts(self) -> None:
         self._abort_scheduled = False

@@ -29,7 +29,7 @@ from typing import Any
 import msgspec
 import numpy as np
 
-from tokenwire.engine import EngineRequest
+from tokenwire.engine import EngineRequest, LoraAdapter
 from tokenwire.messages.errors import CodecError
 from tokenwire.messages.finish_reason import FinishReason
 from tokenwire.messages.frames import Decoded
@@ -271,12 +271,25 @@ def sampling_params_map(
         out["_eos_token_id"] = eos.eos_token_id
     if all_stops:
         out["_all_stop_token_ids"] = sorted(all_stops)
-    if params.logprobs is not None:
+    if params.logprob_token_ids:
+        out["logprob_token_ids"] = list(params.logprob_token_ids)  # (their count is logprobs)
+    elif params.logprobs is not None:
         out["logprobs"] = params.logprobs
     if params.prompt_logprobs is not None:
         out["prompt_logprobs"] = params.prompt_logprobs
     if params.logit_bias:
         out["logit_bias"] = {int(k): float(v) for k, v in params.logit_bias.items()}
+    if params.allowed_token_ids is not None:
+        out["allowed_token_ids"] = list(params.allowed_token_ids)
+    if params.bad_words_token_ids:
+        # vLLM's frontend sends bad words tokenized; the engine reads only the ids.
+        out["_bad_words_token_ids"] = [list(ids) for ids in params.bad_words_token_ids]
+    if params.thinking_token_budget is not None:
+        out["thinking_token_budget"] = params.thinking_token_budget
+    if params.extra_args:
+        out["extra_args"] = dict(params.extra_args)
+    if params.repetition_detection:
+        out["repetition_detection"] = dict(params.repetition_detection)
     structured = _structured_outputs(params, structured_backend)
     if structured is not None:
         out["structured_outputs"] = structured
@@ -299,6 +312,11 @@ def _structured_outputs(params: SamplingParams, backend: str) -> dict[str, Any] 
     return out
 
 
+def lora_request(adapter: LoraAdapter) -> list[Any]:
+    """vLLM's ``LoRARequest`` (a positional array: name, id, path)."""
+    return [adapter.name, adapter.id, adapter.path]
+
+
 def encode_add(
     request: EngineRequest,
     sampling: dict[str, Any],
@@ -316,13 +334,17 @@ def encode_add(
         sampling,
         None,  # pooling_params
         arrival,
-        None,  # lora_request
-        None,  # cache_salt
-        None,  # data_parallel_rank
+        None if request.lora is None else lora_request(request.lora),
+        request.cache_salt,
+        request.data_parallel_rank,
     ]
-    if client_index or priority:
+    if client_index or priority or request.session_id is not None:
         # prompt_embeds, prompt_is_token_ids, client_index, current_wave, priority
         fields += [None, None, client_index, 0, priority]
+    if request.session_id is not None:
+        # trace_headers, resumable, external_req_id, reasoning_ended, reasoning_parser_kwargs,
+        # abort_immediately, session_id
+        fields += [None, False, None, None, None, False, request.session_id]
     return _encode(fields)
 
 
@@ -414,6 +436,12 @@ class EngineCoreOutput(msgspec.Struct, array_like=True, omit_defaults=True, gc=F
     #: maps (``type``: 1 queued, 2 scheduled, 3 preempted; ``timestamp``: the engine's
     #: monotonic clock), or None.
     events: Any = None
+    #: The KV transfer parameters of a request's last output (prefill/decode disaggregation).
+    kv_transfer_params: Any = None
+    ec_transfer_params: msgspec.Raw = _NIL
+    trace_headers: msgspec.Raw = _NIL
+    #: On a request's first output: its prefill (``num_cached_tokens``: from the prefix cache).
+    prefill_stats: dict[str, Any] | None = None
 
 
 class UtilityOutput(msgspec.Struct, array_like=True, gc=False):

@@ -12,6 +12,7 @@ from typing import Any
 
 from tokenwire.engine import Engine
 from tokenwire.engine.synthetic import SyntheticConfig
+from tokenwire.entrypoints.options import adapters
 from tokenwire.tokenizer import Tokenizer
 
 __all__ = [
@@ -198,6 +199,8 @@ def vllm_engines(args: argparse.Namespace) -> tuple[str, Any]:
         # vLLM's detailed traces are the engine's own spans: the engines get the endpoint too.
         extra += ["--otlp-traces-endpoint", args.otlp_traces_endpoint]
         extra += ["--collect-detailed-traces", ",".join(detailed)]
+    if "--enable-lora" not in extra:
+        extra += adapters.vllm_lora_args(args)
     launcher = VllmLauncher(
         args.model,
         port=port,

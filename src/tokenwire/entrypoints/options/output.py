@@ -4,13 +4,17 @@ and tool-call parsers; read into the runtime's ``Features``."""
 from __future__ import annotations
 
 import argparse
+import json
+from typing import Any
 
 from tokenwire.chat import CONTENT_FORMATS, load_chat_template
+from tokenwire.generation_config import GenerationDefaults, load_generation_defaults
 from tokenwire.parsers import REASONING_PARSERS, TOOL_CALL_PARSERS
 from tokenwire.parsers.plugins import load_parser_plugin
 from tokenwire.runtime.features import REASONING_FIELDS, Features
+from tokenwire.tokenizer import Tokenizer
 
-__all__ = ["add_arguments", "features"]
+__all__ = ["add_arguments", "features", "generation_defaults"]
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -35,6 +39,37 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         action="store_true",
         help="honour a request's own chat_template (otherwise it is a 400); it renders in the "
         "jinja2 sandbox either way",
+    )
+    chat.add_argument(
+        "--default-chat-template-kwargs",
+        type=_json_object("--default-chat-template-kwargs"),
+        default=None,
+        metavar="JSON",
+        help="chat template arguments every request gets unless its chat_template_kwargs say "
+        "otherwise, e.g. '{\"enable_thinking\": false}'",
+    )
+    gen = parser.add_argument_group("generation defaults")
+    gen.add_argument(
+        "--generation-config",
+        default="auto",
+        metavar="auto|vllm|DIR",
+        help="sampling defaults for requests that omit them (temperature, top_p, top_k, min_p, "
+        "repetition, presence and frequency penalties, chat max_tokens): auto takes the model's "
+        "generation_config.json (the model folder's, else the tokenizer folder's), vllm none, "
+        "DIR that folder's (default: %(default)s)",
+    )
+    gen.add_argument(
+        "--override-generation-config",
+        type=_json_object("--override-generation-config"),
+        default=None,
+        metavar="JSON",
+        help="generation defaults over those of --generation-config, e.g. '{\"temperature\": 0.5}'",
+    )
+    parser.add_argument(
+        "--enable-prompt-tokens-details",
+        action="store_true",
+        help="usage carries prompt_tokens_details.cached_tokens (the prompt tokens the engine "
+        "found in its prefix cache) in every response, as vLLM's flag does",
     )
     group = parser.add_argument_group("model output (reasoning, tool calls)")
     group.add_argument(
@@ -89,6 +124,32 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def _json_object(flag: str) -> Any:
+    def parse(text: str) -> dict[str, Any]:
+        try:
+            value = json.loads(text)
+        except ValueError as exc:
+            raise argparse.ArgumentTypeError(f"{flag} must be a JSON object: {exc}") from None
+        if not isinstance(value, dict):
+            raise argparse.ArgumentTypeError(f"{flag} must be a JSON object")
+        return value
+
+    return parse
+
+
+def generation_defaults(args: argparse.Namespace, tok: Tokenizer) -> GenerationDefaults:
+    """The sampling defaults ``--generation-config`` and ``--override-generation-config`` put in
+    force (``auto``: the model folder's, else the tokenizer folder's ``generation_config.json``);
+    ``ValueError`` when they are not values a request could carry."""
+    folder = getattr(args, "model", None) or args.tokenizer
+    return load_generation_defaults(
+        args.generation_config,
+        folder,
+        args.override_generation_config,
+        model_generation_config=tok.generation_config,
+    )
+
+
 def features(args: argparse.Namespace) -> Features:
     """``Features`` from parsed ``tokenwire serve`` options, the parser plugins loaded first
     (``ValueError`` if inconsistent or a plugin fails)."""
@@ -104,4 +165,6 @@ def features(args: argparse.Namespace) -> Features:
         chat_template=template,
         chat_template_content_format=args.chat_template_content_format,
         trust_request_chat_template=args.trust_request_chat_template,
+        default_chat_template_kwargs=args.default_chat_template_kwargs or {},
+        prompt_tokens_details=args.enable_prompt_tokens_details,
     )

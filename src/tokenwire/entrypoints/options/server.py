@@ -14,7 +14,14 @@ from tokenwire.server.config import DEFAULT_RESPONSES_STORE_SIZE
 from tokenwire.server.security import SecurityConfig
 from tokenwire.tokenizer import DEFAULT_TOKENIZER_NAME, Tokenizer
 
-__all__ = ["add_arguments", "listen_settings", "listen_url", "load_tokenizer", "security_config"]
+__all__ = [
+    "add_arguments",
+    "listen_settings",
+    "listen_url",
+    "load_tokenizer",
+    "security_config",
+    "served_names",
+]
 
 
 def add_arguments(serve: argparse.ArgumentParser) -> None:
@@ -34,8 +41,17 @@ def add_arguments(serve: argparse.ArgumentParser) -> None:
     )
     serve.add_argument(
         "--served-model-name",
+        nargs="+",
         default=None,
-        help="the model name clients use; default: the tokenizer's name",
+        metavar="NAME",
+        help="the model name clients use (several: each is accepted, responses default to the "
+        "first, as vLLM's); default: the model's or tokenizer's name",
+    )
+    serve.add_argument(
+        "--enable-tokenizer-info-endpoint",
+        action="store_true",
+        help="serve GET /tokenizer_info (the tokenizer's configuration and chat template), as "
+        "vLLM's flag does",
     )
     serve.add_argument(
         "--max-model-len",
@@ -138,17 +154,24 @@ def _count(value: str) -> int:
     return n
 
 
+def served_names(args: argparse.Namespace) -> list[str]:
+    """``--served-model-name``'s names (none given: [])."""
+    names = args.served_model_name or []
+    return [names] if isinstance(names, str) else list(names)
+
+
 def load_tokenizer(args: argparse.Namespace) -> tuple[Tokenizer, str]:
     """The tokenizer served (``--model``'s with ``--engine vllm`` unless ``--tokenizer`` says
-    otherwise) and the model name clients use."""
+    otherwise) and the (first) model name clients use."""
     if args.engine == "vllm" and not args.tokenizer and args.model:
         args.tokenizer = args.model
+    names = served_names(args)
     if args.tokenizer:
         tok = Tokenizer.from_pretrained(args.tokenizer, model_vocab_size=args.model_vocab_size)
-        name = args.served_model_name or str(args.model or args.tokenizer)
+        name = names[0] if names else str(args.model or args.tokenizer)
     else:
         tok = Tokenizer.default(model_vocab_size=args.model_vocab_size)
-        name = args.served_model_name or DEFAULT_TOKENIZER_NAME
+        name = names[0] if names else DEFAULT_TOKENIZER_NAME
     if args.max_model_len is not None:
         tok.max_model_len = args.max_model_len
     return tok, name

@@ -29,13 +29,23 @@ class ChoiceOutput:
     """One choice's output through its ``OutputParser``: stream deltas, or a whole message."""
 
     def __init__(
-        self, spec: OutputSpec, tok: Tokenizer, fields: Sequence[str], *, parallel: bool = True
+        self,
+        spec: OutputSpec,
+        tok: Tokenizer,
+        fields: Sequence[str],
+        *,
+        parallel: bool = True,
+        hold_reasoning: bool = False,
     ) -> None:
         skip = True
         self.parallel = parallel
+        #: SGLang's ``stream_reasoning: false``: the thinking goes out in one piece when it ends.
+        self.hold_reasoning = hold_reasoning
+        self._held = ""
 
         def token_chars(ids: Sequence[int]) -> list[int]:
-            return [len(tok.decode([i], skip)) for i in ids]
+            # (an id the tokenizer lacks, a model's padding row, has no text)
+            return [len(tok.decode([i], skip)) if tok.is_known(i) else 0 for i in ids]
 
         self.parser: OutputParser = spec.new(token_chars)
         self.fields = tuple(fields)
@@ -54,9 +64,14 @@ class ChoiceOutput:
         """The call deltas to pass on (only the first call's without parallel tool calls)."""
         return d.tool_calls if self.parallel else [c for c in d.tool_calls if c.index == 0]
 
-    def _delta(self, d: OutputDelta) -> dict[str, Any]:
+    def _delta(self, d: OutputDelta, *, final: bool = False) -> dict[str, Any]:
         out: dict[str, Any] = {}
         d.tool_calls = self._calls(d)
+        if self.hold_reasoning:
+            self._held += d.reasoning
+            d.reasoning = ""
+            if self._held and (d.content or d.tool_calls or final):
+                d.reasoning, self._held = self._held, ""
         if d.reasoning:
             for f in self.fields:
                 out[f] = d.reasoning
@@ -88,7 +103,7 @@ class ChoiceOutput:
         """The last piece and everything held back."""
         d = self.parser.feed(text, token_ids)
         d.extend(self.parser.finish())
-        return self._delta(d)
+        return self._delta(d, final=True)
 
     def message(self, text: str, token_ids: Sequence[int]) -> dict[str, Any]:
         """The whole assistant message for a non-streamed response."""

@@ -35,16 +35,17 @@ def usage(
     reasoning_tokens: int | None = None,
     *,
     cached_tokens: int = 0,
+    cached_details: bool = False,
 ) -> dict[str, Any]:
     """OpenAI's usage object (``completion_tokens_details.reasoning_tokens`` when the server
     parses reasoning or the engine counts it; ``prompt_tokens_details.cached_tokens`` when the
-    engine reports cached prompt tokens)."""
+    engine reports cached prompt tokens, or always with ``cached_details``)."""
     out: dict[str, Any] = {
         "prompt_tokens": prompt_tokens,
         "completion_tokens": completion_tokens,
         "total_tokens": prompt_tokens + completion_tokens,
     }
-    if cached_tokens:
+    if cached_tokens or cached_details:
         out["prompt_tokens_details"] = {"cached_tokens": cached_tokens}
     if reasoning_tokens is not None:
         out["completion_tokens_details"] = {"reasoning_tokens": reasoning_tokens}
@@ -157,6 +158,10 @@ class ChunkWriter:
     ) -> bytes:
         """The last chunk when ``include_usage``: no choices, the usage."""
         counts = usage(
-            prompt_tokens, completion_tokens, reasoning_tokens, cached_tokens=cached_tokens
+            prompt_tokens,
+            completion_tokens,
+            reasoning_tokens,
+            cached_tokens=cached_tokens,
+            cached_details=self.plan.cached_details,
         )
         return sse(openai_head(self.plan, chunk=True) | {"choices": [], "usage": counts})

@@ -5,6 +5,7 @@ as the client spelled it."""
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping
 from typing import Any
 
@@ -16,16 +17,28 @@ from tokenwire.chat import (
     shape_messages,
     template_roles,
 )
-from tokenwire.context_length import encode_tail, encode_within
+from tokenwire.context_length import encode_truncated, encode_within
 from tokenwire.messages.errors import ValidationError
 from tokenwire.messages.sampling import SamplingParams
 from tokenwire.runtime import DEFAULT_FEATURES, Features, Plan
+from tokenwire.runtime.models import ServedModels
 from tokenwire.server.config import DEFAULT_LIMITS, RequestLimits
+from tokenwire.server.extras import (
+    ENGINE_FIELDS,
+    INFORMATIONAL,
+    REFUSED,
+    check_chat_refused,
+    check_refused,
+    check_special_spacing,
+    engine_fields,
+)
+from tokenwire.server.extras import flag as extra_flag
 from tokenwire.server.fields import (
     check_choices,
     check_model,
     check_text_length,
     is_int,
+    lora_path,
     prompt_ids,
     request_id,
     warn_unknown,
@@ -79,19 +92,27 @@ _DEFAULT_ONLY = {
 }
 
 # Fields that only annotate the request (billing, caching, tracing hints): accepted, no effect.
-_INFORMATIONAL = {
-    "user",
-    "model",
-    "metadata",
-    "store",
-    "service_tier",
-    "prompt_cache_key",
-    "safety_identifier",
-    "verbosity",
-}
+_INFORMATIONAL = {"model", *INFORMATIONAL}
 
-# Request fields with an effect beyond sampling, shared by both OpenAI routes (vLLM's names).
-_OPENAI_EXTRAS = {"priority", "request_id", "truncate_prompt_tokens", "return_tokens_as_token_ids"}
+# Request fields with an effect beyond sampling, shared by both OpenAI routes (vLLM's and
+# SGLang's names), and those refused unless at their do-nothing values.
+_OPENAI_EXTRAS = {
+    "priority",
+    "request_id",
+    "rid",
+    "truncate_prompt_tokens",
+    "truncation_side",
+    "return_tokens_as_token_ids",
+    "add_special_tokens",
+    "return_token_ids",
+    "stream_interval",
+    "stop_regex",
+    "no_stop_trim",
+    "lora_path",
+    "return_cached_tokens_details",
+    *REFUSED,
+    *ENGINE_FIELDS,
+}
 
 #: ``reasoning_effort`` values passed on to the chat template (OpenAI's).
 REASONING_EFFORTS = ("none", "minimal", "low", "medium", "high", "xhigh")
@@ -151,9 +172,10 @@ def _openai_extras(body: Mapping[str, Any]) -> dict[str, Any]:
                 f"priority must be a (32-bit) integer, got {priority!r}", param="priority"
             )
         out["priority"] = priority
-    rid = body.get("request_id")
-    if rid is not None:
-        out["id"] = request_id(rid, "request_id")
+    for name in ("rid", "request_id"):  # (SGLang's rid, vLLM's request_id: the latter wins)
+        rid = body.get(name)
+        if rid is not None:
+            out["id"] = request_id(rid, name)
     flag = body.get("return_tokens_as_token_ids")
     if flag is not None:
         if not isinstance(flag, bool):
@@ -162,12 +184,15 @@ def _openai_extras(body: Mapping[str, Any]) -> dict[str, Any]:
                 param="return_tokens_as_token_ids",
             )
         out["return_tokens_as_token_ids"] = flag
+    out["return_token_ids"] = extra_flag(body, "return_token_ids", False)
+    out["cached_details"] = extra_flag(body, "return_cached_tokens_details", False)
     return out
 
 
-def _truncation(body: Mapping[str, Any], tok: Tokenizer) -> int | None:
-    """vLLM's ``truncate_prompt_tokens``: how many of each prompt's last tokens to keep (-1: the
-    context length), or None."""
+def _truncation(body: Mapping[str, Any], tok: Tokenizer) -> tuple[int, str] | None:
+    """vLLM's ``truncate_prompt_tokens`` (how many of each prompt's tokens to keep; -1: the
+    context length) and ``truncation_side`` (the side cut: ``left``, the default, or
+    ``right``), or None."""
     k = body.get("truncate_prompt_tokens")
     if k is None:
         return None
@@ -178,22 +203,30 @@ def _truncation(body: Mapping[str, Any], tok: Tokenizer) -> int | None:
             param="truncate_prompt_tokens",
         )
     if k == -1:
-        return limit
+        if limit is None:
+            return None
+        k = limit
     if limit is not None and k > limit:
         raise ValidationError(
             f"truncate_prompt_tokens ({k}) is greater than the context length ({limit})",
             param="truncate_prompt_tokens",
         )
-    return k
+    side = body.get("truncation_side")
+    if side not in (None, "left", "right"):
+        raise ValidationError(
+            f"truncation_side must be left or right, got {side!r:.40}", param="truncation_side"
+        )
+    return k, side or "left"
 
 
-def _truncate(prompts: list[list[int]], keep: int | None) -> None:
-    """Keep each prompt's last ``keep`` tokens."""
-    if keep is None:
+def _truncate(prompts: list[list[int]], truncate: tuple[int, str] | None) -> None:
+    """Keep ``truncate``'s count of each prompt's tokens, cutting its side."""
+    if truncate is None:
         return
+    keep, side = truncate
     for i, p in enumerate(prompts):
         if len(p) > keep:
-            prompts[i] = p[-keep:]
+            prompts[i] = p[:keep] if side == "right" else p[-keep:]
 
 
 def _n(body: Mapping[str, Any]) -> int:
@@ -221,22 +254,45 @@ def _params(
     default_max: int | None,
     prompt_field: str,
     limits: RequestLimits,
+    features: Features,
 ) -> SamplingParams:
-    """SamplingParams from OpenAI fields (null means the default), normalized and verified."""
+    """SamplingParams from OpenAI fields (null means the default: the model's generation
+    default, else the API's), normalized and verified."""
     names = {internal: external for external, internal in _SAMPLING_FIELDS.items()}
     max_key, max_value = _max_tokens(body)
     names["max_new_tokens"] = max_key
     data: dict[str, Any] = {}
+    defaults = features.generation_defaults
     for external, internal in _SAMPLING_FIELDS.items():
         if body.get(external) is not None:
             data[internal] = body[external]
+        elif defaults.get(internal) is not None:
+            data[internal] = defaults.get(internal)
+    # SGLang's names on its OpenAI routes (stop_regex, no_stop_trim), vLLM's stream_interval
+    for name in ("stop_regex", "no_stop_trim", "stream_interval"):
+        if body.get(name) is not None:
+            if name == "no_stop_trim" and "no_stop_trim" in data and body[name] != data[name]:
+                raise ValidationError(
+                    "no_stop_trim and include_stop_str_in_output disagree", param=name
+                )
+            data[name] = body[name]
+            names[name] = name
+    if data.get("top_k") == 0:  # vLLM's "no top-k"
+        data["top_k"] = -1
     longest = max(len(p) for p in prompts)
     limit = tok.max_model_len
     if max_value is None:
         if default_max is None:
+            # (chat: the model's max_new_tokens, as vLLM takes it, within the context)
             max_value = (limit - longest) if limit else None
+            model_max = defaults.get("max_new_tokens")
+            if model_max is not None:
+                max_value = model_max if max_value is None else min(model_max, max_value)
         else:
             max_value = default_max if not limit else max(0, min(default_max, limit - longest))
+    cap = defaults.max_tokens_cap
+    if cap is not None and (max_value is None or (is_int(max_value) and max_value > cap)):
+        max_value = cap  # (vLLM's override_max_tokens: every request, whatever it asks)
     data["max_new_tokens"] = max_value
     params = SamplingParams.from_dict(data, names=names)
     if limit is not None:
@@ -256,6 +312,7 @@ def _params(
             )
     params.normalize(tok, names=names, max_stop_str_len=limits.max_stop_str_len)
     params.verify(tok.model_vocab_size, names=names)
+    check_special_spacing(params, tok, "spaces_between_special_tokens")
     return params
 
 
@@ -277,13 +334,21 @@ _CHAT_KEYS = (_COMPLETION_KEYS - {"prompt", "suffix", "best_of"}) | {
     "continue_final_message",
     "chat_template_kwargs",
     "reasoning_effort",
+    "documents",
+    "thinking",
+    "include_reasoning",
+    "separate_reasoning",
+    "stream_reasoning",
+    "return_prompt_token_ids",
+    "return_prompt_text",
+    "input_ids",
 }
 
 
 def parse_completion(
     body: Any,
     tok: Tokenizer,
-    model: str,
+    model: str | ServedModels,
     *,
     limits: RequestLimits = DEFAULT_LIMITS,
     features: Features = DEFAULT_FEATURES,
@@ -291,21 +356,33 @@ def parse_completion(
     """``/v1/completions``."""
     if not isinstance(body, dict):
         raise ValidationError("the request body must be a JSON object", param=None)
-    check_model(body.get("model"), model)
+    name, lora = check_model(body.get("model"), model)
+    lora = lora_path(body, model) or lora
     warn_unknown_fields(body, _COMPLETION_KEYS)
     _check_defaults(body)
+    check_refused(body)
     if "prompt" not in body:
         raise ValidationError("prompt is required", param="prompt")
     stream, include_usage, continuous = _stream_flags(body)
     n = _n(body)
     extras = _openai_extras(body)
-    keep = _truncation(body, tok)
-    prompts = prompt_ids(body["prompt"], tok, "prompt", add_special=True, keep_last=keep, n=n)
-    _truncate(prompts, keep)
-    params = _params(body, tok, prompts, DEFAULT_COMPLETION_MAX_TOKENS, "prompt", limits)
+    truncate = _truncation(body, tok)
+    prompts = prompt_ids(
+        body["prompt"],
+        tok,
+        "prompt",
+        add_special=extra_flag(body, "add_special_tokens", True),
+        truncate=truncate,
+        n=n,
+    )
+    _truncate(prompts, truncate)
+    params = _params(body, tok, prompts, DEFAULT_COMPLETION_MAX_TOKENS, "prompt", limits, features)
     grammar_field = _constrain(params, body, features)
     top, echo, prompt_top = completion_logprobs_request(body, features.max_logprobs)
     params.logprobs, params.prompt_logprobs = top, prompt_top
+    extras |= _engine_side(body, tok, features, params)
+    extras["cached_details"] |= features.prompt_tokens_details
+    _check_lora(lora, features)
     return Plan(
         "completion",
         prompts,
@@ -313,8 +390,9 @@ def parse_completion(
         n,
         stream,
         include_usage,
-        model,
+        name,
         continuous_usage=continuous,
+        lora=lora,
         echo=_echo_texts(body["prompt"], prompts, tok) if echo else None,
         prompt_logprobs=body.get("prompt_logprobs") is not None,
         grammar_field=grammar_field,
@@ -334,7 +412,7 @@ def _echo_texts(value: Any, prompts: list[list[int]], tok: Tokenizer) -> list[st
 def parse_chat(
     body: Any,
     tok: Tokenizer,
-    model: str,
+    model: str | ServedModels,
     *,
     limits: RequestLimits = DEFAULT_LIMITS,
     features: Features = DEFAULT_FEATURES,
@@ -342,9 +420,12 @@ def parse_chat(
     """``/v1/chat/completions``: the conversation rendered with the tokenizer's template."""
     if not isinstance(body, dict):
         raise ValidationError("the request body must be a JSON object", param=None)
-    check_model(body.get("model"), model)
+    name, lora = check_model(body.get("model"), model)
+    lora = lora_path(body, model) or lora
     warn_unknown_fields(body, _CHAT_KEYS)
     _check_defaults(body)
+    check_refused(body)
+    check_chat_refused(body)
     if "messages" not in body:
         raise ValidationError("messages is required", param="messages")
     text, options = render_conversation(body, tok, features)
@@ -352,21 +433,38 @@ def parse_chat(
     n = _n(body)
     check_choices(n)
     extras = _openai_extras(body)
-    keep = _truncation(body, tok)
-    if keep is None:
+    truncate = _truncation(body, tok)
+    add_special = extra_flag(body, "add_special_tokens", False)
+    if truncate is None:
         check_text_length(text, tok, "the rendered conversation", "messages")
         ids = encode_within(
-            tok, text, add_special_tokens=False, where="the rendered conversation", field="messages"
+            tok,
+            text,
+            add_special_tokens=add_special,
+            where="the rendered conversation",
+            field="messages",
         )
     else:
-        ids = encode_tail(tok, text, keep, add_special_tokens=False)
+        keep, side = truncate
+        ids = encode_truncated(tok, text, keep, side=side, add_special_tokens=add_special)
     if not ids:
         raise ValidationError("the rendered conversation is empty", param="messages")
     prompts = [ids]
-    params = _params(body, tok, prompts, None, "messages", limits)
+    params = _params(body, tok, prompts, None, "messages", limits, features)
     grammar_field = _constrain(params, body, features)
     params.logprobs, params.prompt_logprobs = chat_logprobs_request(body, features.max_logprobs)
+    extras |= _engine_side(body, tok, features, params)
+    extras["cached_details"] |= features.prompt_tokens_details
+    _check_lora(lora, features)
     spec = output_spec(body, features, text, options["extra"])
+    if (
+        spec is not None
+        and spec.reasoning is not None
+        and not extra_flag(body, "separate_reasoning", True)
+    ):
+        # SGLang's separate_reasoning: false keeps the thinking in the content, as written
+        spec = dataclasses.replace(spec, reasoning=None, prompt_in_reasoning=False)
+        spec = spec if spec.tools is not None else None
     forced = forced_schema(body)
     if forced is not None:
         if params.json_schema or params.regex or params.ebnf:
@@ -391,15 +489,60 @@ def parse_chat(
         n,
         stream,
         include_usage,
-        model,
+        name,
         continuous_usage=continuous,
+        lora=lora,
         output=spec,
         parallel_tool_calls=body.get("parallel_tool_calls") is not False,
-        reasoning_fields=features.reasoning_fields(),
+        # vLLM's include_reasoning: false drops the thinking (it is still parsed out)
+        reasoning_fields=(
+            features.reasoning_fields() if extra_flag(body, "include_reasoning", True) else ()
+        ),
+        stream_reasoning=extra_flag(body, "stream_reasoning", True),
         prompt_logprobs=params.prompt_logprobs is not None,
         grammar_field=grammar_field,
+        echo=_chat_echo(body),
+        return_prompt_token_ids=extra_flag(body, "return_prompt_token_ids", False),
+        prompt_text=text if extra_flag(body, "return_prompt_text", False) else None,
         **extras,
     )
+
+
+def _check_lora(lora: Any, features: Features, field: str = "model") -> None:
+    if lora is not None and "lora" not in features.engine_fields:
+        raise ValidationError(
+            "LoRA adapters need an engine that serves them; this server's engine does not",
+            param=field,
+        )
+
+
+def _chat_echo(body: Mapping[str, Any]) -> list[str] | None:
+    """vLLM's chat ``echo``: the last message's text, when it is the assistant's (the answer
+    it continues), goes before the output."""
+    if not extra_flag(body, "echo", False):
+        return None
+    messages = body.get("messages")
+    last = messages[-1] if isinstance(messages, list) and messages else None
+    if isinstance(last, dict) and last.get("role") == "assistant":
+        content = last.get("content")
+        if isinstance(content, str):
+            return [content]
+        if isinstance(content, list):
+            return ["".join(p.get("text", "") for p in content if isinstance(p, dict))]
+    return [""]
+
+
+def _engine_side(
+    body: Mapping[str, Any], tok: Tokenizer, features: Features, params: SamplingParams
+) -> dict[str, Any]:
+    """The engine-side fields (``extras.engine_fields``) and ``logprob_token_ids``' count."""
+    out = engine_fields(body, tok, features, params)
+    if params.logprob_token_ids is not None:
+        name = "logprob_token_ids" if body.get("logprob_token_ids") else "token_ids_logprob"
+        if params.logprobs is None:
+            raise ValidationError(f"when using {name}, logprobs must be set", param=name)
+        params.logprobs = len(params.logprob_token_ids)  # their columns, after the sampled one
+    return out
 
 
 def render_conversation(
@@ -415,7 +558,7 @@ def render_conversation(
     )
     messages = normalize_messages(body["messages"], roles=template_roles(template))
     shape_messages(messages, features.chat_template_content_format, template)
-    options = chat_template_options(body)
+    options = chat_template_options(body, features.default_chat_template_kwargs)
     # A request's own template (trusted) renders in a worker process, bounded in time and memory.
     render = render_request_template if brings_template(body) else render_chat
     text = render(template, messages, bos_token=tok.bos_token, eos_token=tok.eos_token, **options)
@@ -431,11 +574,13 @@ def _constrain(params: SamplingParams, body: Mapping[str, Any], features: Featur
     return field
 
 
-def chat_template_options(body: Mapping[str, Any]) -> dict[str, Any]:
+def chat_template_options(
+    body: Mapping[str, Any], defaults: Mapping[str, Any] | None = None
+) -> dict[str, Any]:
     """``render_chat`` keyword arguments from a chat request: ``add_generation_prompt``,
-    ``continue_final_message``, ``tools``, ``chat_template_kwargs`` and ``reasoning_effort``
-    (passed to the template as vLLM does). Which template renders is ``chat_template_for``'s
-    business."""
+    ``continue_final_message``, ``tools``, ``chat_template_kwargs`` (over the server's
+    ``defaults``, ``--default-chat-template-kwargs``) and ``reasoning_effort`` (passed to the
+    template as vLLM does). Which template renders is ``chat_template_for``'s business."""
 
     def flag(name: str) -> bool | None:
         value = body.get(name)
@@ -455,6 +600,13 @@ def chat_template_options(body: Mapping[str, Any]) -> dict[str, Any]:
         raise ValidationError(
             "chat_template_kwargs must be an object", param="chat_template_kwargs"
         )
+    if defaults:
+        kwargs = {**defaults, **kwargs}
+    for name in ("documents", "thinking"):  # vLLM's documents, SGLang's thinking config
+        if body.get(name) is not None and name not in kwargs:
+            if name == "documents" and not isinstance(body[name], list):
+                raise ValidationError("documents must be a list of objects", param=name)
+            kwargs = {**kwargs, name: body[name]}
     effort = body.get("reasoning_effort")
     if effort is not None:
         if effort not in REASONING_EFFORTS:

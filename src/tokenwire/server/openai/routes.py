@@ -38,7 +38,7 @@ async def _openai(app: App, receive: Any, send: Any, route: str) -> None:
         plan = parse(
             body,
             rt.tokenizer,
-            config.model_name,
+            rt.models,
             limits=config.limits,
             features=rt.features,
         )

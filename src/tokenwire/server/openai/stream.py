@@ -7,7 +7,7 @@ from typing import Any
 
 from tokenwire.messages.egress import Error, Frame
 from tokenwire.runtime import Plan, Runtime
-from tokenwire.server.http import SSE_DONE
+from tokenwire.server.http import SSE_DONE, sse
 from tokenwire.server.logprobs import ChoiceLogprobs, TokenStrings
 from tokenwire.server.openai.chat_output import ChoiceOutput
 from tokenwire.server.openai.chunks import (
@@ -43,6 +43,10 @@ async def collect_openai(
             extras = [e for x in got.extras[index] for e in (x if isinstance(x, list) else [x])]
             lp = logprobs[index].take(got.ids[index], extras)
             prompt_logprobs = logprobs[index].prompt_logprobs
+        if plan.return_token_ids:
+            choice["token_ids"] = got.ids[index]
+            if plan.route != "chat":
+                choice["prompt_token_ids"] = plan.prompts[index // plan.n]
         if plan.route == "chat" and plan.output is not None:
             parsed = ChoiceOutput(
                 plan.output,
@@ -74,11 +78,30 @@ async def collect_openai(
     cached = sum(done.cached_tokens for done in got.finals)
     body = openai_head(plan, chunk=False) | {
         "choices": choices,
-        "usage": usage(prompt_tokens, completion_tokens, reasoning, cached_tokens=cached),
+        "usage": usage(
+            prompt_tokens,
+            completion_tokens,
+            reasoning,
+            cached_tokens=cached,
+            cached_details=plan.cached_details,
+        ),
     }
+    body |= _chat_prompt_fields(plan)
     if prompt_logprobs is not None and plan.route == "chat":
         body["prompt_logprobs"] = prompt_logprobs  # vLLM: one prompt, at the top level
     return 200, body
+
+
+def _chat_prompt_fields(plan: Plan) -> dict[str, Any]:
+    """A chat response's prompt ids (vLLM's ``return_token_ids``, SGLang's
+    ``return_prompt_token_ids``) and rendered prompt (vLLM's ``return_prompt_text``)."""
+    out: dict[str, Any] = {}
+    if plan.route == "chat":
+        if plan.return_token_ids or plan.return_prompt_token_ids:
+            out["prompt_token_ids"] = plan.prompts[0]
+        if plan.prompt_text is not None:
+            out["prompt_text"] = plan.prompt_text
+    return out
 
 
 def choice_logprobs(rt: Runtime, plan: Plan) -> list[ChoiceLogprobs] | None:
@@ -93,7 +116,7 @@ def choice_logprobs(rt: Runtime, plan: Plan) -> list[ChoiceLogprobs] | None:
             chat=plan.route == "chat",
             top=p.logprobs,
             prompt=plan.prompts[k // plan.n],
-            echo=plan.echo is not None,
+            echo=plan.echo is not None and plan.route != "chat",
             prompt_top=p.prompt_logprobs if plan.prompt_logprobs else None,
         )
         for k in range(plan.choices)
@@ -112,12 +135,20 @@ class OpenAIStreamer(Streamer):
         if plan.route == "chat" and plan.output is not None:
             spec, fields = plan.output, plan.reasoning_fields
             self.parsed = [
-                ChoiceOutput(spec, rt.tokenizer, fields, parallel=plan.parallel_tool_calls)
+                ChoiceOutput(
+                    spec,
+                    rt.tokenizer,
+                    fields,
+                    parallel=plan.parallel_tool_calls,
+                    hold_reasoning=not plan.stream_reasoning,
+                )
                 for _ in subs
             ]
         self.logprobs = choice_logprobs(rt, plan)
-        # Choices whose first chunk is still to come (it carries the echoed prompt).
-        self.fresh = set(range(len(subs))) if (plan.echo or self.logprobs) else set()
+        # Choices whose first chunk is still to come (it carries the echoed prompt, the
+        # prompt's ids).
+        firsts = plan.echo or self.logprobs or plan.return_token_ids
+        self.fresh = set(range(len(subs))) if firsts else set()
 
     def _extras(self, index: int, item: Any) -> tuple[str, dict[str, Any]]:
         """The echoed prompt (first chunk only) and the logprob fields of an item's chunk."""
@@ -131,10 +162,25 @@ class OpenAIStreamer(Streamer):
             fields["logprobs"] = shaper.take(item.token_ids, item.extras)
             if first and shaper.prompt_logprobs is not None:
                 fields["prompt_logprobs"] = shaper.prompt_logprobs
+        if plan.return_token_ids:  # vLLM's: this chunk's ids; the prompt's in the first
+            fields["token_ids"] = list(item.token_ids)
+            if first and plan.route != "chat":
+                fields["prompt_token_ids"] = plan.prompts[index // plan.n]
         return prefix, fields
 
     def head(self) -> bytes:
         if self.plan.route == "chat":
+            top = _chat_prompt_fields(self.plan)
+            if top:  # the first chunk carries the prompt's ids and text (vLLM's)
+                delta = {"role": "assistant", "content": ""}
+                first = openai_head(self.plan, chunk=True) | {
+                    "choices": [
+                        {"index": 0, "delta": delta, "logprobs": None, "finish_reason": None}
+                    ],
+                    **top,
+                }
+                rest = b"".join(self.writer.role(k) for k in range(1, len(self.subs)))
+                return sse(first) + rest
             return b"".join(self.writer.role(k) for k in range(len(self.subs)))
         return b""
 
@@ -155,7 +201,7 @@ class OpenAIStreamer(Streamer):
                 out.append(writer.delta(run_index, "".join(run), run_tokens))
                 run = []
             if isinstance(item, Frame):
-                if self.fresh or self.logprobs is not None:
+                if self.fresh or self.logprobs is not None or self.plan.return_token_ids:
                     out.append(self._chunk(index, item))
                 elif parsed is not None:
                     delta = parsed[index].delta(item.text, item.token_ids)
@@ -183,7 +229,7 @@ class OpenAIStreamer(Streamer):
                 run = []
             if parsed is not None:
                 choice = parsed[index]
-                delta = choice.final(item.text, item.token_ids)
+                delta = choice.final(prefix + item.text, item.token_ids)
                 reason = "tool_calls" if choice.called else None
                 if reason and item.finish_reason and item.finish_reason.kind != "stop":
                     reason = None  # length, abort: said as they are
@@ -232,8 +278,8 @@ class OpenAIStreamer(Streamer):
         parsed = self.parsed
         if self.plan.route != "chat":
             payload: dict[str, Any] = {"text": text}
-        elif parsed is not None:
-            payload = {"delta": parsed[index].delta(item.text, item.token_ids)}
+        elif parsed is not None:  # (an echoed prefix is parsed as the whole response parses it)
+            payload = {"delta": parsed[index].delta(text, item.token_ids)}
         else:
             payload = {"delta": {"content": text} if text else {}}
         payload |= {"logprobs": None, "finish_reason": None} | fields
