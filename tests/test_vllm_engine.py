@@ -217,3 +217,29 @@ def test_a_serving_mock_engine_exits_promptly_on_sigterm():
         assert out.choices[0].finish_reason == "length"
         srv.mocks[0].terminate()
         assert srv.mocks[0].wait(5) == 0  # no socket left open that would hold its context
+
+
+def test_structured_outputs_constrain_the_mock_engine():
+    """The mock engine honours the structured outputs a vLLM frontend sends (its synthetic engine
+    constrains decoding), as a real engine does."""
+    import json
+
+    import jsonschema
+
+    schema = {
+        "type": "object",
+        "properties": {"city": {"type": "string"}, "days": {"type": "integer"}},
+        "required": ["city", "days"],
+    }
+    with served(1, "--synthetic-output", "replay", "--step-time-ms", "1") as srv:
+        out = srv.client.chat.completions.create(
+            model=MODEL,
+            messages=[{"role": "user", "content": "Weather?"}],
+            max_tokens=60,
+            response_format={"type": "json_schema", "json_schema": {"name": "w", "schema": schema}},
+        )
+        jsonschema.validate(json.loads(out.choices[0].message.content), schema)
+        choice = srv.client.completions.create(
+            model=MODEL, prompt="x", max_tokens=5, extra_body={"guided_choice": ["yes", "no"]}
+        )
+        assert choice.choices[0].text in ("yes", "no")

@@ -21,6 +21,8 @@ not use are left undecoded.
 from __future__ import annotations
 
 import itertools
+import json
+import re
 import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -391,8 +393,8 @@ def decode_add(payload: bytes) -> AddRequest:
 
 def sampling_params_from_map(sp: dict[str, Any]) -> SamplingParams:
     """tokenwire's ``SamplingParams`` for a vLLM sampling-params map (what a mock engine honours:
-    length, min length, token stops, EOS only when ``_eos_token_id`` is given, seed, logprobs
-    and prompt logprobs)."""
+    length, min length, token stops, EOS only when ``_eos_token_id`` is given, seed, logprobs,
+    prompt logprobs and structured outputs)."""
     temperature = float(sp.get("temperature", 1.0))
     top_k = int(sp.get("top_k", 0) or 0)
     params = SamplingParams(
@@ -406,8 +408,33 @@ def sampling_params_from_map(sp: dict[str, Any]) -> SamplingParams:
         logprobs=sp.get("logprobs"),
         prompt_logprobs=sp.get("prompt_logprobs"),
     )
+    grammar = _grammar_from_map(sp.get("structured_outputs"))
+    if grammar is not None:
+        setattr(params, *grammar)
     params.normalized = True
     return params
+
+
+def _grammar_from_map(so: Any) -> tuple[str, str] | None:
+    """The ``SamplingParams`` grammar field for vLLM's ``structured_outputs`` map (what any vLLM
+    frontend sends: ``json``, ``json_object``, ``regex``, ``choice``, ``grammar`` or
+    ``structural_tag``), or None."""
+    if not isinstance(so, dict):
+        return None
+    if so.get("json") is not None:
+        value = so["json"]
+        return "json_schema", value if isinstance(value, str) else json.dumps(value)
+    if so.get("json_object"):
+        return "json_schema", '{"type": "object"}'
+    if so.get("regex") is not None:
+        return "regex", str(so["regex"])
+    if so.get("choice"):
+        return "regex", "(?:" + "|".join(re.escape(str(c)) for c in so["choice"]) + ")"
+    if so.get("grammar") is not None:
+        return "ebnf", str(so["grammar"])
+    if so.get("structural_tag") is not None:
+        return "structural_tag", str(so["structural_tag"])
+    return None
 
 
 # ---- outputs -------------------------------------------------------------------------------------
