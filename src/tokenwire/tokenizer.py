@@ -12,6 +12,7 @@ from typing import Any, TypeVar
 
 import tokenizers
 
+from tokenwire.fast_bpe import FastBpe
 from tokenwire.messages.errors import DecodeError, TokenizeError, ValidationError
 
 __all__ = ["DEFAULT_TOKENIZER_NAME", "Tokenizer"]
@@ -138,7 +139,8 @@ class Tokenizer:
         self._single: dict[bool, list[str]] = {}
         self._window_memo: dict[bool, dict[tuple[int, ...], str]] = {True: {}, False: {}}
         self._generic_shared: dict[bool, Any] = {}
-        self._tables_lock = threading.Lock()
+        # (Reentrant: a derived value may be built from another, a decode table from encode.)
+        self._tables_lock = threading.RLock()
 
     # ---- construction ----------------------------------------------------------------------------
 
@@ -275,6 +277,9 @@ class Tokenizer:
     def encode(self, text: str, *, add_special_tokens: bool = True) -> list[int]:
         """Token ids of ``text``; ``TokenizeError`` if the tokenizer fails."""
         try:
+            fast = self.fast_bpe()
+            if fast is not None:  # tiktoken, where it reproduces this tokenizer exactly
+                return fast.encode(text, add_special_tokens)
             if self._encode_fast is not None:  # no offsets computed: faster
                 return self._encode_fast([text], add_special_tokens=add_special_tokens)[0].ids
             return self._tok.encode(text, add_special_tokens=add_special_tokens).ids
@@ -333,6 +338,11 @@ class Tokenizer:
                 self._derived[key] = build(self)
             return self._derived[key]
 
+    def fast_bpe(self) -> FastBpe | None:
+        """The tiktoken path ``encode`` takes when it reproduces this tokenizer exactly (checked
+        once, when first asked for: about a second), or None."""
+        return self.derived("fast_bpe", _build_fast_bpe)
+
     def single_token_texts(self, skip_special_tokens: bool = True) -> list[str]:
         """``decode([id])`` for every tokenizer id (computed once, in one batch call)."""
         key = bool(skip_special_tokens)
@@ -356,3 +366,7 @@ class Tokenizer:
             f"Tokenizer({self.name!r}, vocab_size={self.vocab_size}, "
             f"model_vocab_size={self.model_vocab_size})"
         )
+
+
+def _build_fast_bpe(tok: Tokenizer) -> FastBpe | None:
+    return FastBpe.build(tok.hf, tok.name)
