@@ -183,7 +183,10 @@ class VllmEngine:
         self.dead_reason: str | None = None
         self.max_model_len: int | None = None
         #: The latest scheduler stats per engine rank (raw map), for /metrics.
-        self.scheduler_stats: dict[int, dict[str, Any]] = {}
+        self._stats_decoded: dict[int, dict[str, Any]] = {}
+        #: Stats not decoded yet, by rank (decoding every step's would cost every step: they
+        #: are decoded when read, at a scrape).
+        self._stats_raw: dict[int, Any] = {}
         #: When each rank took its latest stats, by that engine's clock: vLLM gives each step's
         #: stats to one API server only, so with several this says whose are the newest.
         self.scheduler_stats_at: dict[int, float] = {}
@@ -192,6 +195,17 @@ class VllmEngine:
         self._times: dict[str, list[float]] = {}
 
     # ---- Engine protocol -------------------------------------------------------------------------
+
+    @property
+    def scheduler_stats(self) -> dict[int, dict[str, Any]]:
+        """The latest scheduler stats per engine rank (raw map), for /metrics."""
+        if self._stats_raw:
+            for rank, raw in self._stats_raw.items():
+                stats = wire.decode_scheduler_stats(raw)
+                if stats is not None:
+                    self._stats_decoded[rank] = stats
+            self._stats_raw.clear()
+        return self._stats_decoded
 
     @property
     def alive(self) -> bool:
@@ -742,7 +756,7 @@ class VllmEngine:
         for rid in rids:
             self._forget(rid)
         if core.rank in self.scheduler_stats:  # its gauges go to 0
-            self.scheduler_stats[core.rank] = dict(_GONE_STATS)
+            self._stats_decoded[core.rank] = dict(_GONE_STATS)
             self.scheduler_stats_at[core.rank] = time.monotonic()
         self._refresh_alive(reason)
         if self._output is not None:
@@ -836,13 +850,11 @@ class VllmEngine:
                 t[3] = at
 
     def _stats(self, msg: wire.EngineCoreOutputs) -> None:
-        got = wire.scheduler_stats(msg)
-        if got is not None:
-            stats, at = got
-            self.scheduler_stats[msg.engine_index] = stats
-            # An engine that does not stamp its messages: when they arrive (the API servers
-            # share one host's monotonic clock).
-            self.scheduler_stats_at[msg.engine_index] = at or time.monotonic()
+        """Keep a message's scheduler stats, undecoded until they are read."""
+        self._stats_raw[msg.engine_index] = msg.scheduler_stats
+        # An engine that does not stamp its messages: when they arrive (the API servers share
+        # one host's monotonic clock).
+        self.scheduler_stats_at[msg.engine_index] = msg.timestamp or time.monotonic()
 
 
 def _kv_capacity(ready: dict[str, Any]) -> int | None:

@@ -73,6 +73,7 @@ __all__ = [
     "encode_ready_response",
     "encode_utility",
     "engine_index_in",
+    "decode_scheduler_stats",
     "event_times",
     "request_ids_in",
     "scheduler_stats",
@@ -523,13 +524,17 @@ def scheduler_stats(msg: EngineCoreOutputs) -> tuple[dict[str, Any], float] | No
     holds stats of a different age; the timestamp says which are the newest."""
     if msg.scheduler_stats == _NIL:
         return None
+    stats = decode_scheduler_stats(msg.scheduler_stats)
+    return None if stats is None else (stats, msg.timestamp)
+
+
+def decode_scheduler_stats(raw: msgspec.Raw) -> dict[str, Any] | None:
+    """A message's scheduler stats as kept undecoded, decoded (None: not a map)."""
     try:
-        stats = _decode_any(msg.scheduler_stats)
+        stats = _decode_any(raw)
     except msgspec.DecodeError:
         return None
-    if not isinstance(stats, dict):
-        return None
-    return stats, msg.timestamp
+    return stats if isinstance(stats, dict) else None
 
 
 #: ``EngineCoreEventType``: QUEUED, SCHEDULED.
