@@ -17,7 +17,7 @@ CORPUS = (REPO / "tests" / "data" / "corpus.txt").read_text()
 def _texts() -> dict[str, str]:
     """Long texts of the kinds that tokenize oddly near a cut: prose in many scripts, runs of
     digits (grouped by three in some tokenizers), runs of spaces, one long word."""
-    n = 3 * PIECE_CHARS + 12345
+    n = 2 * PIECE_CHARS + 12345
     return {
         "prose": (CORPUS * (n // len(CORPUS) + 1))[:n],
         "digits": ("1234567890" * (n // 10 + 1))[:n],
@@ -54,7 +54,7 @@ def test_a_truncated_text_is_its_first_or_last_tokens(name):
     tok = real_tokenizer(name)
     for kind, text in _texts().items():
         whole = tok.encode(text, add_special_tokens=True)
-        for keep in (1, 100, 5000):
+        for keep in (1, 5000):
             got = encode_truncated(tok, text, keep, add_special_tokens=True)
             assert got == whole[-keep:], (name, kind, keep)
             got = encode_truncated(tok, text, keep, side="right", add_special_tokens=True)

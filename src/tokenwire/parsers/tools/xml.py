@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import json
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, ClassVar
 
 from tokenwire.parsers.markers import find_marker
@@ -370,17 +370,7 @@ class SeedOssToolParser(XmlToolParser):
 
     name = "seed_oss"
     needs_special_tokens = True
-    markup = XmlMarkup(
-        block_open="<seed:tool_call>",
-        block_close="</seed:tool_call>",
-        call_open="<function=",
-        name_end=">",
-        call_close="</function>",
-        param_open="<parameter=",
-        key_end=">",
-        value_close="</parameter>",
-        trim="newline",
-    )
+    markup = replace(_QWEN3, block_open="<seed:tool_call>", block_close="</seed:tool_call>")
 
 
 class Glm45ToolParser(XmlToolParser):
