@@ -274,10 +274,18 @@ def test_a_restarted_engine_is_taken_in_by_every_worker():
             mocks[1].wait(10)
             wait_until(lambda: metric(srv.url, "tokenwire_engines_alive") == 1, 30, "rank 1 gone")
             body = {"model": MODEL, "prompt": "a b", "max_tokens": 3}
-            for _ in range(12):  # a connection each: they spread over both workers
-                resp = httpx.post(srv.url + "/v1/completions", json=body, timeout=30)
-                assert resp.status_code == 200, resp.text
-                assert resp.json()["choices"][0]["finish_reason"] == "length"
+
+            def every_worker_serves() -> bool:
+                # (engines_alive merges by max: one worker may take the engine in before the
+                # other.) A connection each: they spread over both workers.
+                for _ in range(12):
+                    resp = httpx.post(srv.url + "/v1/completions", json=body, timeout=30)
+                    if resp.status_code != 200:
+                        return False
+                    assert resp.json()["choices"][0]["finish_reason"] == "length"
+                return True
+
+            wait_until(every_worker_serves, 60, "every worker serving the restarted engine")
     finally:
         for proc in mocks:
             stop_process(proc)
