@@ -29,7 +29,6 @@ __all__ = [
     "check_chat_refused",
     "check_refused",
     "engine_fields",
-    "flag",
 ]
 
 #: Most ``logprob_token_ids`` (vLLM's ``MAX_LOGPROB_TOKEN_IDS``).
@@ -160,16 +159,6 @@ def check_chat_refused(body: Mapping[str, Any]) -> None:
             "as the prompt of /v1/completions)",
             param="input_ids",
         )
-
-
-def flag(body: Mapping[str, Any], name: str, default: bool) -> bool:
-    """A boolean field (null: ``default``)."""
-    value = body.get(name)
-    if value is None:
-        return default
-    if not isinstance(value, bool):
-        raise ValidationError(f"{name} must be a boolean, got {value!r:.60}", param=name)
-    return value
 
 
 def _ids(value: Any, name: str, tok: Tokenizer, *, most: int | None = None) -> list[int]:

@@ -21,6 +21,7 @@ __all__ = [
     "check_choices",
     "check_model",
     "check_text_length",
+    "flag",
     "is_int",
     "lora_path",
     "prompt_ids",
@@ -100,6 +101,16 @@ def warn_unknown(key: str) -> None:
 
 def is_int(v: object) -> bool:
     return isinstance(v, int) and not isinstance(v, bool)
+
+
+def flag(body: Mapping[str, Any], name: str, default: bool) -> bool:
+    """A boolean field (null: ``default``)."""
+    value = body.get(name)
+    if value is None:
+        return default
+    if not isinstance(value, bool):
+        raise ValidationError(f"{name} must be a boolean, got {value!r:.60}", param=name)
+    return value
 
 
 def request_id(value: Any, name: str) -> str:

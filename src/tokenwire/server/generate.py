@@ -20,10 +20,10 @@ from tokenwire.server.extras import (
     check_refused,
     check_special_spacing,
     engine_fields,
-    flag,
 )
 from tokenwire.server.fields import (
     check_choices,
+    flag,
     is_int,
     lora_path,
     prompt_ids,

@@ -25,7 +25,7 @@ from tokenwire.messages.sampling import SamplingParams
 from tokenwire.runtime import DEFAULT_FEATURES, Features, Plan
 from tokenwire.runtime.models import ServedModels
 from tokenwire.server import limits
-from tokenwire.server.fields import check_model, check_text_length, warn_unknown_fields
+from tokenwire.server.fields import check_model, check_text_length, flag, warn_unknown_fields
 from tokenwire.server.http import encode, read_json, respond, send_error
 from tokenwire.server.openai.parse import render_conversation
 from tokenwire.server.streaming import Gathered, gather
@@ -69,15 +69,6 @@ def _object(body: Any) -> Mapping[str, Any]:
     return body
 
 
-def _flag(body: Mapping[str, Any], name: str, default: bool) -> bool:
-    value = body.get(name)
-    if value is None:
-        return default
-    if not isinstance(value, bool):
-        raise ValidationError(f"{name} must be a boolean, got {value!r}", param=name)
-    return value
-
-
 def tokenize(
     body: Any, tok: Tokenizer, model: str | ServedModels, features: Features = DEFAULT_FEATURES
 ) -> dict[str, Any]:
@@ -89,7 +80,7 @@ def tokenize(
     check_model(body.get("model"), model)
     chat = "messages" in body
     warn_unknown_fields(body, _TOKENIZE_CHAT_KEYS if chat else _TOKENIZE_KEYS)
-    add_special = _flag(body, "add_special_tokens", not chat)
+    add_special = flag(body, "add_special_tokens", not chat)
     if chat:
         text, _ = render_conversation(body, tok, features)
     else:
@@ -108,7 +99,7 @@ def tokenize(
             )
     ids = _within(tok, text, add_special, "messages" if chat else "prompt")
     strs = None
-    if _flag(body, "return_token_strs", False):
+    if flag(body, "return_token_strs", False):
         strs = [tok.id_to_token(i) for i in ids]
     return {
         "count": len(ids),
@@ -143,7 +134,7 @@ def detokenize(
     body = _object(body)
     check_model(body.get("model"), model)
     warn_unknown_fields(body, {"model", "tokens", "skip_special_tokens"})
-    skip = _flag(body, "skip_special_tokens", skip_special)
+    skip = flag(body, "skip_special_tokens", skip_special)
     ids = body.get("tokens")
     if isinstance(ids, list) and ids and all(isinstance(x, list) for x in ids):
         texts = [_decode(x, tok, skip) for x in ids]
@@ -230,7 +221,7 @@ def parse_abort(body: Any) -> AbortRequest:
     """``{"rid": ..., "abort_all": false}``."""
     body = _object(body)
     warn_unknown_fields(body, {"rid", "abort_all"})
-    abort_all = _flag(body, "abort_all", False)
+    abort_all = flag(body, "abort_all", False)
     rid = body.get("rid")
     if rid is None:
         rid = ""

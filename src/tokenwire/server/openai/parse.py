@@ -18,6 +18,7 @@ from tokenwire.chat import (
     template_roles,
 )
 from tokenwire.context_length import encode_truncated, encode_within
+from tokenwire.engine import LoraAdapter
 from tokenwire.messages.errors import ValidationError
 from tokenwire.messages.sampling import SamplingParams
 from tokenwire.runtime import DEFAULT_FEATURES, Features, Plan
@@ -32,11 +33,11 @@ from tokenwire.server.extras import (
     check_special_spacing,
     engine_fields,
 )
-from tokenwire.server.extras import flag as extra_flag
 from tokenwire.server.fields import (
     check_choices,
     check_model,
     check_text_length,
+    flag,
     is_int,
     lora_path,
     prompt_ids,
@@ -176,16 +177,10 @@ def _openai_extras(body: Mapping[str, Any]) -> dict[str, Any]:
         rid = body.get(name)
         if rid is not None:
             out["id"] = request_id(rid, name)
-    flag = body.get("return_tokens_as_token_ids")
-    if flag is not None:
-        if not isinstance(flag, bool):
-            raise ValidationError(
-                f"return_tokens_as_token_ids must be a boolean, got {flag!r}",
-                param="return_tokens_as_token_ids",
-            )
-        out["return_tokens_as_token_ids"] = flag
-    out["return_token_ids"] = extra_flag(body, "return_token_ids", False)
-    out["cached_details"] = extra_flag(body, "return_cached_tokens_details", False)
+    if body.get("return_tokens_as_token_ids") is not None:
+        out["return_tokens_as_token_ids"] = flag(body, "return_tokens_as_token_ids", False)
+    out["return_token_ids"] = flag(body, "return_token_ids", False)
+    out["cached_details"] = flag(body, "return_cached_tokens_details", False)
     return out
 
 
@@ -345,6 +340,19 @@ _CHAT_KEYS = (_COMPLETION_KEYS - {"prompt", "suffix", "best_of"}) | {
 }
 
 
+def _common(body: Any, model: str | ServedModels, keys: set[str]) -> tuple[str, LoraAdapter | None]:
+    """What both OpenAI routes check first: a JSON object, the model (or adapter) it names,
+    fields no peer knows (logged), fields honoured only at their default, fields refused."""
+    if not isinstance(body, dict):
+        raise ValidationError("the request body must be a JSON object", param=None)
+    name, lora = check_model(body.get("model"), model)
+    lora = lora_path(body, model) or lora
+    warn_unknown_fields(body, keys)
+    _check_defaults(body)
+    check_refused(body)
+    return name, lora
+
+
 def parse_completion(
     body: Any,
     tok: Tokenizer,
@@ -354,13 +362,7 @@ def parse_completion(
     features: Features = DEFAULT_FEATURES,
 ) -> Plan:
     """``/v1/completions``."""
-    if not isinstance(body, dict):
-        raise ValidationError("the request body must be a JSON object", param=None)
-    name, lora = check_model(body.get("model"), model)
-    lora = lora_path(body, model) or lora
-    warn_unknown_fields(body, _COMPLETION_KEYS)
-    _check_defaults(body)
-    check_refused(body)
+    name, lora = _common(body, model, _COMPLETION_KEYS)
     if "prompt" not in body:
         raise ValidationError("prompt is required", param="prompt")
     stream, include_usage, continuous = _stream_flags(body)
@@ -371,7 +373,7 @@ def parse_completion(
         body["prompt"],
         tok,
         "prompt",
-        add_special=extra_flag(body, "add_special_tokens", True),
+        add_special=flag(body, "add_special_tokens", True),
         truncate=truncate,
         n=n,
     )
@@ -418,13 +420,7 @@ def parse_chat(
     features: Features = DEFAULT_FEATURES,
 ) -> Plan:
     """``/v1/chat/completions``: the conversation rendered with the tokenizer's template."""
-    if not isinstance(body, dict):
-        raise ValidationError("the request body must be a JSON object", param=None)
-    name, lora = check_model(body.get("model"), model)
-    lora = lora_path(body, model) or lora
-    warn_unknown_fields(body, _CHAT_KEYS)
-    _check_defaults(body)
-    check_refused(body)
+    name, lora = _common(body, model, _CHAT_KEYS)
     check_chat_refused(body)
     if "messages" not in body:
         raise ValidationError("messages is required", param="messages")
@@ -434,7 +430,7 @@ def parse_chat(
     check_choices(n)
     extras = _openai_extras(body)
     truncate = _truncation(body, tok)
-    add_special = extra_flag(body, "add_special_tokens", False)
+    add_special = flag(body, "add_special_tokens", False)
     if truncate is None:
         check_text_length(text, tok, "the rendered conversation", "messages")
         ids = encode_within(
@@ -460,7 +456,7 @@ def parse_chat(
     if (
         spec is not None
         and spec.reasoning is not None
-        and not extra_flag(body, "separate_reasoning", True)
+        and not flag(body, "separate_reasoning", True)
     ):
         # SGLang's separate_reasoning: false keeps the thinking in the content, as written
         spec = dataclasses.replace(spec, reasoning=None, prompt_in_reasoning=False)
@@ -496,14 +492,14 @@ def parse_chat(
         parallel_tool_calls=body.get("parallel_tool_calls") is not False,
         # vLLM's include_reasoning: false drops the thinking (it is still parsed out)
         reasoning_fields=(
-            features.reasoning_fields() if extra_flag(body, "include_reasoning", True) else ()
+            features.reasoning_fields() if flag(body, "include_reasoning", True) else ()
         ),
-        stream_reasoning=extra_flag(body, "stream_reasoning", True),
+        stream_reasoning=flag(body, "stream_reasoning", True),
         prompt_logprobs=params.prompt_logprobs is not None,
         grammar_field=grammar_field,
         echo=_chat_echo(body),
-        return_prompt_token_ids=extra_flag(body, "return_prompt_token_ids", False),
-        prompt_text=text if extra_flag(body, "return_prompt_text", False) else None,
+        return_prompt_token_ids=flag(body, "return_prompt_token_ids", False),
+        prompt_text=text if flag(body, "return_prompt_text", False) else None,
         **extras,
     )
 
@@ -519,7 +515,7 @@ def _check_lora(lora: Any, features: Features, field: str = "model") -> None:
 def _chat_echo(body: Mapping[str, Any]) -> list[str] | None:
     """vLLM's chat ``echo``: the last message's text, when it is the assistant's (the answer
     it continues), goes before the output."""
-    if not extra_flag(body, "echo", False):
+    if not flag(body, "echo", False):
         return None
     messages = body.get("messages")
     last = messages[-1] if isinstance(messages, list) and messages else None
@@ -582,14 +578,8 @@ def chat_template_options(
     ``defaults``, ``--default-chat-template-kwargs``) and ``reasoning_effort`` (passed to the
     template as vLLM does). Which template renders is ``chat_template_for``'s business."""
 
-    def flag(name: str) -> bool | None:
-        value = body.get(name)
-        if value is not None and not isinstance(value, bool):
-            raise ValidationError(f"{name} must be a boolean, got {value!r}", param=name)
-        return value
-
-    agp = flag("add_generation_prompt")
-    cfm = flag("continue_final_message") is True
+    cfm = flag(body, "continue_final_message", False)
+    agp = flag(body, "add_generation_prompt", not cfm)
     if cfm and agp:
         raise ValidationError(
             "set at most one of continue_final_message and add_generation_prompt",
@@ -619,7 +609,7 @@ def chat_template_options(
     if tools is not None:
         check_tools(tools)
     return {
-        "add_generation_prompt": not cfm if agp is None else agp,
+        "add_generation_prompt": agp,
         "continue_final_message": cfm,
         "tools": tools,
         "extra": kwargs,

@@ -20,7 +20,7 @@ import msgspec
 
 from tokenwire.messages.errors import ValidationError
 from tokenwire.server.as_chat import Renames
-from tokenwire.server.fields import is_int, warn_unknown_fields
+from tokenwire.server.fields import flag, is_int, warn_unknown_fields
 from tokenwire.server.openai.parse import REASONING_EFFORTS
 
 __all__ = [
@@ -128,15 +128,6 @@ class ResponsesRequest:
     #: How large ``echo`` is, in characters of JSON (what keeping the response costs).
     echo_chars: int = 0
     id: str = field(default_factory=lambda: "resp_" + uuid.uuid4().hex)
-
-
-def _flag(body: Mapping[str, Any], name: str, default: bool) -> bool:
-    value = body.get(name)
-    if value is None:
-        return default
-    if not isinstance(value, bool):
-        raise ValidationError(f"{name} must be a boolean, got {value!r}", param=name)
-    return value
 
 
 def _string(value: Any, where: str, param: str, *, required: bool = True) -> str | None:
@@ -408,9 +399,9 @@ def read_request(body: Any, history_of: Callable[[str], list[dict[str, Any]]]) -
     warn_unknown_fields(body, RESPONSES_KEYS)
     if body.get("input") is None:
         raise ValidationError("input is required", param="input")
-    stream = _flag(body, "stream", False)
-    store = _flag(body, "store", True)
-    background = _flag(body, "background", False)
+    stream = flag(body, "stream", False)
+    store = flag(body, "store", True)
+    background = flag(body, "background", False)
     if background and not store:
         raise ValidationError("background responses must be stored (store: true)", param="store")
     _check_unsupported(body, stream, background)
