@@ -344,7 +344,7 @@ def test_errors_are_anthropics(server):
 
 
 def test_the_api_key_in_x_api_key_or_as_a_bearer_token():
-    security = SecurityConfig(api_key="s3cret")
+    security = SecurityConfig(api_keys=("s3cret",))
     with serve(SyntheticConfig(output="echo"), features=FEATURES, security=security) as s:
         body = {"model": MODEL, "max_tokens": 5, "messages": USER}
         for headers in ({}, {"x-api-key": "wrong"}, {"authorization": "Bearer wrong"}):

@@ -105,7 +105,7 @@ def test_a_finished_request_is_freed_without_a_garbage_collection(
         await call(self, scope, receive, send)
 
     monkeypatch.setattr(App, "__call__", marked)
-    security = SecurityConfig(api_key="k") if status == b"401" else SecurityConfig()
+    security = SecurityConfig(api_keys=("k",)) if status == b"401" else SecurityConfig()
     with serve(SyntheticConfig(step_time=0), security=security) as s:
         gc.collect()
         gc.disable()

@@ -35,7 +35,7 @@ async def make():
 
 
 async def test_api_key_on_every_route_but_health_and_metrics(make):
-    app = await make(api_key="s3cret")
+    app = await make(api_keys=("s3cret",))
     for method, path, body in [
         ("POST", "/v1/completions", BODY),
         ("GET", "/v1/models", b""),
@@ -52,6 +52,44 @@ async def test_api_key_on_every_route_but_health_and_metrics(make):
     assert (await call(app, "GET", "/v1/models", b"", ok)).status == 200
     assert (await call(app, "GET", "/health", b"", [])).status == 200
     assert (await call(app, "GET", "/metrics", b"", [])).status == 200
+
+
+async def test_several_keys_each_admit_and_name_the_key_in_the_scope():
+    from tokenwire.server.security import KEY_SCOPE, ApiKey, Security, request_key
+
+    security = Security(SecurityConfig(api_keys=("alpha", "beta")))
+
+    def scope(*headers):
+        return {"path": "/v1/models", "method": "GET", "headers": list(headers)}
+
+    seen = []
+    for header in [(b"authorization", b"Bearer alpha"), (b"x-api-key", b"beta")]:
+        s = scope(header)
+        assert security.check(s) is None
+        seen.append(request_key(s))
+    assert seen == [ApiKey.of("alpha"), ApiKey.of("beta")]
+    assert seen[0].id != seen[1].id and "alpha" not in repr(seen[0])
+    # the id is stable: derived from the key, not from its place in the list
+    assert ApiKey.of("beta") == request_key(
+        (lambda s: (Security(SecurityConfig(api_keys=("beta",))).check(s), s)[1])(
+            scope((b"x-api-key", b"beta"))
+        )
+    )
+    refused = scope((b"authorization", b"Bearer gamma"))
+    assert security.check(refused).status == 401 and KEY_SCOPE not in refused
+    open_scope = {"path": "/health", "method": "GET", "headers": []}
+    assert security.check(open_scope) is None and request_key(open_scope) is None
+    assert request_key(scope()) is None  # no key required: none recorded
+
+
+def test_api_key_flag_takes_several_keys():
+    from tokenwire.entrypoints.cli import build_parser
+    from tokenwire.entrypoints.options.server import security_config
+
+    args = build_parser().parse_args(["serve", "--api-key", "k1", "k2"])
+    assert security_config(args).api_keys == ("k1", "k2")
+    args = build_parser().parse_args(["serve"])
+    assert security_config(args).api_keys == ()
 
 
 @pytest.mark.parametrize(

@@ -1,8 +1,11 @@
 """Who may call the server, and from which web pages.
 
-- ``--api-key`` (or ``TOKENWIRE_API_KEY``): every route but ``/health`` and ``/metrics`` needs
-  ``Authorization: Bearer <key>`` or (as Anthropic's clients send it) ``x-api-key: <key>``,
-  compared in constant time; otherwise a 401 in the API's error shape.
+- ``--api-key KEY [KEY ...]`` (or ``TOKENWIRE_API_KEY``): every route but ``/health`` and
+  ``/metrics`` needs ``Authorization: Bearer <key>`` or (as Anthropic's clients send it)
+  ``x-api-key: <key>`` with one of the keys, compared in constant time; otherwise a 401 in the
+  API's error shape. The key a request presented is put in its ASGI scope under ``KEY_SCOPE`` as
+  an ``ApiKey`` (a stable id derived from the key, and a name for logs and metrics), so what a
+  client stores can be scoped to the key that made it.
 - A request body in one of the content types a web page may send to any site without a CORS
   preflight (``text/plain``, ``application/x-www-form-urlencoded``, ``multipart/form-data``) is
   refused with 415, so no page can drive the server from a visitor's browser; a request with no
@@ -17,6 +20,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import hmac
 from dataclasses import dataclass
 
@@ -27,7 +31,11 @@ from tokenwire.messages.errors import (
     UnsupportedMediaTypeError,
 )
 
-__all__ = ["SecurityConfig", "Security", "OPEN_PATHS"]
+__all__ = ["ApiKey", "KEY_SCOPE", "SecurityConfig", "Security", "OPEN_PATHS", "request_key"]
+
+#: The ASGI scope entry that holds the ``ApiKey`` a request was admitted with (absent when the
+#: server requires no key).
+KEY_SCOPE = "tokenwire.api_key"
 
 #: Routes that answer without an API key (probes and scrapers).
 OPEN_PATHS = frozenset({"/health", "/metrics"})
@@ -39,10 +47,31 @@ _BODY_METHODS = frozenset({"POST", "PUT", "PATCH"})
 
 
 @dataclass(frozen=True)
-class SecurityConfig:
-    """The server's access settings (CORS is off while ``allowed_origins`` is empty)."""
+class ApiKey:
+    """One accepted API key, as the rest of the server sees it: never the secret itself."""
 
-    api_key: str | None = None
+    #: Stable across restarts and key-list order: the first 16 hex digits of the key's SHA-256.
+    id: str
+    #: What logs and metrics call it.
+    name: str
+
+    @classmethod
+    def of(cls, secret: str, name: str | None = None) -> ApiKey:
+        digest = hashlib.sha256(secret.encode()).hexdigest()[:16]
+        return cls(id=digest, name=name or "key-" + digest[:8])
+
+
+def request_key(scope: dict) -> ApiKey | None:
+    """The key a request was admitted with, or None when the server requires none."""
+    return scope.get(KEY_SCOPE)
+
+
+@dataclass(frozen=True)
+class SecurityConfig:
+    """The server's access settings (no key is required while ``api_keys`` is empty; CORS is
+    off while ``allowed_origins`` is empty)."""
+
+    api_keys: tuple[str, ...] = ()
     allowed_origins: tuple[str, ...] = ()
     allowed_methods: tuple[str, ...] = ("*",)
     allowed_headers: tuple[str, ...] = ("*",)
@@ -61,8 +90,11 @@ class Security:
 
     def __init__(self, config: SecurityConfig) -> None:
         self.config = config
-        self._key = ("Bearer " + config.api_key).encode() if config.api_key else None
-        self._raw_key = config.api_key.encode() if config.api_key else None
+        #: (``Bearer <key>``, ``<key>``, its ``ApiKey``) per accepted key
+        self._keys = tuple(
+            (("Bearer " + k).encode(), k.encode(), ApiKey.of(k))
+            for k in dict.fromkeys(config.api_keys)
+        )
         self._any_origin = "*" in config.allowed_origins
         self._origins = frozenset(o.encode() for o in config.allowed_origins)
         self._methods = ", ".join(
@@ -73,11 +105,13 @@ class Security:
 
     def check(self, scope: dict) -> TokenwireError | None:
         """Why this request may not proceed (401, 415), or None."""
-        key = self._key
-        if key is not None and scope["path"] not in OPEN_PATHS and not self._authorized(scope):
-            return UnauthorizedError(
-                "a valid API key is required (Authorization: Bearer ..., or x-api-key)"
-            )
+        if self._keys and scope["path"] not in OPEN_PATHS:
+            key = self._presented(scope)
+            if key is None:
+                return UnauthorizedError(
+                    "a valid API key is required (Authorization: Bearer ..., or x-api-key)"
+                )
+            scope[KEY_SCOPE] = key
         if scope["method"] in _BODY_METHODS:
             origin = _header(scope, b"origin")
             if origin is not None and not self._origin_allowed(scope, origin):
@@ -102,14 +136,18 @@ class Security:
         _, _, rest = origin.partition(b"://")
         return host is not None and rest.lower() == host.lower()
 
-    def _authorized(self, scope: dict) -> bool:
-        """Whether the request carries the API key (as a bearer token, or in ``x-api-key``)."""
-        assert self._key is not None and self._raw_key is not None
+    def _presented(self, scope: dict) -> ApiKey | None:
+        """The accepted key the request carries (as a bearer token, or in ``x-api-key``), or
+        None. Every key is compared, so the time taken does not say which one matched."""
         bearer = _header(scope, b"authorization")
-        if bearer is not None and hmac.compare_digest(bearer, self._key):
-            return True
-        key = _header(scope, b"x-api-key")
-        return key is not None and hmac.compare_digest(key, self._raw_key)
+        raw = _header(scope, b"x-api-key")
+        found = None
+        for bearer_key, raw_key, key in self._keys:
+            matched = bearer is not None and hmac.compare_digest(bearer, bearer_key)
+            matched |= raw is not None and hmac.compare_digest(raw, raw_key)
+            if matched and found is None:
+                found = key
+        return found
 
     def _origin(self, scope: dict) -> bytes | None:
         """The request's Origin when CORS allows it."""

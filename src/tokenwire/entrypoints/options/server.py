@@ -105,9 +105,11 @@ def add_arguments(serve: argparse.ArgumentParser) -> None:
     )
     serve.add_argument(
         "--api-key",
-        default=os.environ.get("TOKENWIRE_API_KEY"),
-        help="require 'Authorization: Bearer KEY' (or 'x-api-key: KEY') on every route but "
-        "/health and /metrics (default: $TOKENWIRE_API_KEY, else none)",
+        nargs="+",
+        default=[os.environ["TOKENWIRE_API_KEY"]] if os.environ.get("TOKENWIRE_API_KEY") else [],
+        metavar="KEY",
+        help="require 'Authorization: Bearer KEY' (or 'x-api-key: KEY') with one of these keys "
+        "on every route but /health and /metrics (default: $TOKENWIRE_API_KEY, else none)",
     )
     serve.add_argument(
         "--allowed-origins",
@@ -225,7 +227,7 @@ def listen_url(args: argparse.Namespace) -> str:
 def security_config(args: argparse.Namespace) -> SecurityConfig:
     """The API key and CORS settings."""
     return SecurityConfig(
-        api_key=args.api_key or None,
+        api_keys=tuple(k for k in args.api_key if k),
         allowed_origins=tuple(args.allowed_origins),
         allowed_methods=tuple(args.allowed_methods),
         allowed_headers=tuple(args.allowed_headers),
