@@ -1,4 +1,4 @@
-"""The layers of the README's architecture section hold: each layer imports only those below it,
+"""The layers of the architecture page (docs/architecture.md) hold: each layer imports only those below it,
 and no package's modules import each other in a cycle (import-linter, contracts in
 pyproject.toml)."""
 
