@@ -39,4 +39,4 @@ def test_readme_and_navigation_name_existing_pages():
     assert linked and all((ROOT / link).is_file() for link in linked), linked
     nav = re.findall(r":\s*(\S+\.md)\s*$", (ROOT / "mkdocs.yml").read_text(), re.M)
     pages = {p.name for p in DOCS.glob("*.md")}
-    assert set(nav) == pages, (set(nav) ^ pages)
+    assert set(nav) == pages, set(nav) ^ pages

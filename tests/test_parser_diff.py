@@ -285,4 +285,5 @@ def test_readme_says_why_they_differ() -> None:
     for case, (_, reason) in DIFFERENCES.items():
         section = readme.split(f"- `{reason}`: ", 1)
         assert len(section) == 2, f"docs/output.md has no entry for {reason}"
-        assert f"`{case}`" in section[1].split("\n- `", 1)[0], f"docs/output.md's {reason} misses {case}"
+        entry = section[1].split("\n- `", 1)[0]
+        assert f"`{case}`" in entry, f"docs/output.md's {reason} misses {case}"
