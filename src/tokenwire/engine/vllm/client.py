@@ -527,9 +527,7 @@ class VllmEngine:
         assert self._output_sock is not None and self._output is not None
         sock = self._output_sock
         sync = zmq.Socket.shadow(sock.underlying)
-        output = self._output
-        decode = wire.decode_outputs
-        by_rank = self._by_rank
+        on_message = self.on_message
         try:
             while True:
                 await sock.poll(flags=zmq.POLLIN)
@@ -539,50 +537,7 @@ class VllmEngine:
                         frames = sync.recv_multipart(zmq.NOBLOCK, copy=False)
                     except zmq.Again:
                         break
-                    buf = frames[0].buffer
-                    if len(frames) == 1 and buf == wire.ENGINE_CORE_DEAD:
-                        self._engine_dead_message()
-                        continue
-                    try:
-                        msg = decode(buf)
-                    except CodecError as exc:
-                        self._malformed(buf, exc)
-                        continue
-                    core = by_rank.get(msg.engine_index)
-                    if core is not None:
-                        core.heard = time.monotonic()
-                        if not core.healthy:
-                            self._answers_again(core)
-                    if msg.outputs:
-                        for o in msg.outputs:
-                            if o.prefill_stats is not None:
-                                self._prefilled(o.request_id, o.prefill_stats)
-                        try:
-                            batch = wire.to_batch(
-                                msg.outputs,
-                                self._prompt_lens,
-                                self._max_tokens,
-                                self._logprobs or None,
-                                [f.buffer for f in frames],
-                            )
-                        except CodecError as exc:
-                            self._malformed(buf, exc, msg.engine_index)
-                            continue
-                        if self._cached:
-                            get = self._cached.get
-                            batch.decoded.cached_tokens = [get(r, 0) for r in batch.decoded.rids]
-                        for rid in batch.finished:
-                            self._forget(rid)
-                        if msg.engine_index:
-                            batch.decoded.engine = msg.engine_index
-                        self._note_times(msg, batch.finished)
-                        output(batch.decoded)
-                        for rid, message in batch.errors:
-                            output(encode_error_frame(rid, message))
-                    if msg.utility_output is not None:
-                        self._utility_result(msg.utility_output)
-                    if msg.scheduler_stats != wire._NIL:
-                        self._stats(msg)
+                    on_message([f.buffer for f in frames])
                     now = time.perf_counter()
                     if now >= turn_ends:
                         await asyncio.sleep(0)
@@ -596,6 +551,57 @@ class VllmEngine:
                 log.exception("reading engine outputs failed")
                 for core in self._cores:
                     self._core_died(core, f"engine output socket failed: {exc}")
+
+    def on_message(self, frames: list[Any]) -> None:
+        """One message from the output socket (its frames' buffers): an engine step's outputs
+        to the shard as one decoded step, utility results, scheduler stats, or an engine's
+        death (plain, synchronous: the reader above only receives)."""
+        output = self._output
+        assert output is not None
+        buf = frames[0]
+        if len(frames) == 1 and buf == wire.ENGINE_CORE_DEAD:
+            self._engine_dead_message()
+            return
+        try:
+            msg = wire.decode_outputs(buf)
+        except CodecError as exc:
+            self._malformed(buf, exc)
+            return
+        core = self._by_rank.get(msg.engine_index)
+        if core is not None:
+            core.heard = time.monotonic()
+            if not core.healthy:
+                self._answers_again(core)
+        if msg.outputs:
+            for o in msg.outputs:
+                if o.prefill_stats is not None:
+                    self._prefilled(o.request_id, o.prefill_stats)
+            try:
+                batch = wire.to_batch(
+                    msg.outputs,
+                    self._prompt_lens,
+                    self._max_tokens,
+                    self._logprobs or None,
+                    frames,
+                )
+            except CodecError as exc:
+                self._malformed(buf, exc, msg.engine_index)
+                return
+            if self._cached:
+                get = self._cached.get
+                batch.decoded.cached_tokens = [get(r, 0) for r in batch.decoded.rids]
+            for rid in batch.finished:
+                self._forget(rid)
+            if msg.engine_index:
+                batch.decoded.engine = msg.engine_index
+            self._note_times(msg, batch.finished)
+            output(batch.decoded)
+            for rid, message in batch.errors:
+                output(encode_error_frame(rid, message))
+        if msg.utility_output is not None:
+            self._utility_result(msg.utility_output)
+        if msg.scheduler_stats != wire._NIL:
+            self._stats(msg)
 
     async def _watch_connections(self) -> None:
         """Find engines whose connection dropped: after every disconnect on the input socket, and
