@@ -464,6 +464,29 @@ class EgressSink:
                 self._waiter = None
             self._callback = None
 
+    def take_steps(self) -> list[tuple[str, int, int]] | None:
+        """Every item waiting, when all are steps' chunks (``StepChunks``: one token, no finish),
+        as ``(text, token id, completion tokens)`` each, without a ``Frame`` apiece; None, with
+        nothing taken, when another kind of item waits (or none does)."""
+        dq = self._dq
+        try:
+            n = len(dq)
+            if not n or any(type(item) is not StepChunks for item in dq):
+                return None
+        except RuntimeError:  # (a producer on another thread changed the queue meanwhile)
+            return None
+        row = self.row
+        out = []
+        for _ in range(n):
+            item = dq.popleft()
+            if type(item) is not StepChunks:  # (merged meanwhile by a producer elsewhere)
+                dq.appendleft(item)
+                break
+            j = item.rows[row]
+            out.append((item.texts[j], item.token_ids[j], item.completion_tokens[j]))
+        self._taken_at = time.monotonic()
+        return out
+
     def get_nowait(self) -> Any:
         """The next item; ``IndexError`` when none is waiting."""
         item = self._dq.popleft()

@@ -90,6 +90,28 @@ class OutputParser:
         self._answer(out, answer)
         return out
 
+    def feed_plain(self, text: str, n_tokens: int) -> int:
+        """The fast path of ``feed`` (for ``n_tokens`` tokens): 1 when the piece is all
+        reasoning, 2 when it is all content, either taken as ``feed`` takes it; 0 when ``feed``
+        must take it (nothing taken). It applies while the reasoning parser's own fast path
+        does (``ReasoningStream.plain``) and, for content, with no tool-call parser."""
+        r = self.reasoning
+        if r is None:
+            if self.tools is not None:
+                return 0
+            kind = 2
+        else:
+            ended_before = r.reasoning_end is not None
+            kind = r.plain(text, self.tools is None)
+            if not kind:
+                return 0
+            if not ended_before:  # ``_count``: decided, and not ended in this piece
+                if r.in_reasoning:
+                    self.reasoning_tokens += self._pending + n_tokens
+                self._pending = 0
+        self._chars += len(text)
+        return kind
+
     def _count(self, token_ids: Sequence[int]) -> None:
         """Count this piece's tokens that went to the reasoning (tokens whose side is not known
         yet wait in ``_pending``)."""

@@ -87,6 +87,13 @@ class ReasoningStream:
         """The output is over: whatever was held back."""
         return self._run("", final=True)
 
+    def plain(self, text: str, content_ok: bool = True) -> int:
+        """The fast path of ``feed``: 1 when ``text`` is certainly all thinking, 2 when it is
+        certainly all answer (only if ``content_ok``), each taken as ``feed`` would take it;
+        0 when ``feed`` must look at it (nothing taken). A parser without a fast path answers
+        0 always."""
+        return 0
+
     def parse(self, text: str) -> ReasoningDelta:
         """A whole output at once."""
         out = self.feed(text)
@@ -131,6 +138,28 @@ class ReasoningParser(ReasoningStream):
         self.reasoning_end = None
         self._consumed = 0
         self._ends = self.end_tags + self.end_keep_tags
+        #: The characters a marker that ends the thinking starts with (text without any of
+        #: them cannot hold one, nor the start of one).
+        self._end_firsts: tuple[str, ...] | None = (
+            None if not all(self._ends) else tuple(sorted({m[0] for m in self._ends}))
+        )
+
+    def plain(self, text: str, content_ok: bool = True) -> int:
+        """The fast path of ``feed``: a piece that holds no character a closing marker starts
+        with, in thinking, is thinking; any piece once the answer has begun (no answer markup
+        left) is answer; nothing held back either way."""
+        if self._buf:
+            return 0
+        state = self._state
+        if state == _CONTENT:
+            return 2 if content_ok else 0
+        if state == _REASONING and self._end_firsts is not None:
+            for c in self._end_firsts:
+                if c in text:
+                    return 0
+            self._consumed += len(text)
+            return 1
+        return 0
 
     @property
     def decided(self) -> bool:
