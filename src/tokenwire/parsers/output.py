@@ -9,12 +9,15 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from mypy_extensions import mypyc_attr
+
 from tokenwire.parsers.reasoning import ReasoningStream
 from tokenwire.parsers.tools.base import ToolCall, ToolCallDelta, ToolCallParser, merge_tool_deltas
 
 __all__ = ["OutputDelta", "OutputParser", "OutputSpec"]
 
 
+@mypyc_attr(allow_interpreted_subclasses=True)
 @dataclass
 class OutputDelta:
     """What a piece of output adds to a chat message."""
@@ -32,6 +35,7 @@ class OutputDelta:
         self.tool_calls.extend(other.tool_calls)
 
 
+@mypyc_attr(allow_interpreted_subclasses=True)
 @dataclass
 class OutputSpec:
     """How one request's outputs are parsed (each choice gets its own ``OutputParser``)."""
@@ -56,6 +60,7 @@ class OutputSpec:
         return OutputParser(reasoning, tools, token_chars)
 
 
+@mypyc_attr(allow_interpreted_subclasses=True)
 class OutputParser:
     """Reasoning, then tool calls, incrementally: ``feed(text, token_ids)``, ``finish()``."""
 

@@ -7,6 +7,8 @@ from __future__ import annotations
 from typing import Any
 
 import msgspec
+from mypy_extensions import mypyc_attr
+
 from tokenwire.messages.finish_reason import FinishReason
 from tokenwire.runtime import Plan
 from tokenwire.server.http import sse
@@ -88,6 +90,7 @@ def finish_fields(fr: FinishReason | None, eos: tuple[int, ...]) -> tuple[str | 
     return fr.openai_finish_reason, fr.stop_reason(eos)
 
 
+@mypyc_attr(allow_interpreted_subclasses=True)
 class ChunkWriter:
     """Streaming chunks of one OpenAI response, with the fixed parts serialized once."""
 
