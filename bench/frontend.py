@@ -22,11 +22,11 @@ random output) dials each. Workloads (``WORKLOADS``):
 
 at C concurrent requests (``CONCURRENCY``, default 1, 8, 64, 256, 1024, 4096;
 ``LONG_CONCURRENCY``, default 64, 256, for ``long``), a round running at least 1,024 requests
-(256 for ``long``; 64 at C = 1 and 256 at C = 8), C at a time. Real mode: each frontend runs with its own engine on the tiny
-model (smg's is ``vllm serve --headless`` dialling it). ``--contended`` is the case of
-``vllm bench serve`` on a loaded machine: 32 requests of a 1,000-token prompt and 128 tokens out,
-8 at a time, while busy processes this script starts (two per core) are pinned to both cores;
-nothing else is pinned there, as users run them.
+(256 for ``long``; 64 at C = 1 and 256 at C = 8), C at a time. Real mode: each frontend runs
+with its own engine on the tiny model (smg's is ``vllm serve --headless`` dialling it).
+``--contended`` is the case of ``vllm bench serve`` on a loaded machine: 32 requests of a
+1,000-token prompt and 128 tokens out, 8 at a time, while busy processes this script starts (two
+per core) are pinned to both cores; nothing else is pinned there, as users run them.
 
 Frontends are pinned to CPU 0, engines and this load generator to CPU 1 (in real mode each
 frontend's engine shares its CPU, as before); rounds alternate between the frontends (in a
