@@ -215,3 +215,36 @@ def test_render_cache_returns_the_render_and_skips_clock_templates(monkeypatch):
     render.render_chat(clock, msgs, bos_token="", eos_token="")
     render.render_chat(clock, msgs, bos_token="", eos_token="")
     assert len(calls) == 5  # (the clock's template rendered each time)
+
+
+async def test_a_producer_on_the_loops_thread_schedules_without_waking_the_loop():
+    import asyncio
+    import threading
+
+    loop = asyncio.get_running_loop()
+    woken: list[int] = []
+    real = loop.call_soon_threadsafe
+
+    def counted(*args, **kwargs):
+        woken.append(1)
+        return real(*args, **kwargs)
+
+    loop.call_soon_threadsafe = counted  # type: ignore[method-assign]
+    try:
+        sink = EgressSink()
+        got: list[int] = []
+        sink.attach(lambda: got.append(len(sink.drain())))
+        sink.try_send("a")  # on the loop's thread: no wake-up through the pipe
+        for _ in range(3):
+            await asyncio.sleep(0)
+        assert got == [1] and woken == []
+        thread = threading.Thread(target=sink.try_send, args=("b",))
+        thread.start()
+        thread.join()
+        for _ in range(50):
+            await asyncio.sleep(0.001)
+            if len(got) == 2:
+                break
+        assert got == [1, 1] and woken == [1]  # (from another thread: the loop is woken)
+    finally:
+        del loop.call_soon_threadsafe
