@@ -33,6 +33,10 @@ next), ``template`` (``render_conversation``), ``tokenize`` (``encode_within``),
 ``start`` (the streamer, its head, the ``DirectStream``), and ``end`` (after the last chunk: the
 stream's close, the sink's detach). ``per token`` spreads intake over the request's tokens.
 
+``BASELINE=DIR`` runs another tree's ``src`` (``DIR``) in the same rounds, alternating;
+``COMPILED=1`` runs the installed tokenwire (this Python's: a compiled build, ``pip install .``)
+compiled and as plain Python (``TOKENWIRE_PURE_PYTHON=1``), alternating.
+
 With ``LIVE=1`` the same workload runs against a live ``tokenwire serve --engine vllm`` over
 ``tokenwire mock-engine`` as ``bench/frontend.py`` runs it (pinned to one core, the mock and the
 load generator to the other), and ``rest`` is the live server's CPU per token (all threads) less
@@ -40,7 +44,8 @@ the in-process total: the HTTP server (uvicorn's parsing, the ASGI app, response
 connections), receiving on sockets with the event loop's polling, and the ZMQ I/O thread.
 
 Environment: WORKLOADS=completions,chat, CONCURRENCY=1,8,64,256, TOKENS=128, ROUNDS=3 (the
-median of each stage over rounds), LIVE=0, JSON=path (the rows as JSON lines).
+median of each stage over rounds), LIVE=0, BASELINE, COMPILED, JSON=path (the rows as JSON
+lines).
 """
 
 from __future__ import annotations
@@ -50,6 +55,7 @@ import gc
 import json
 import os
 import socket
+import subprocess
 import sys
 import time
 import types
@@ -68,6 +74,9 @@ from tokenwire import Tokenizer  # noqa: E402
 from tokenwire.engine.vllm import VllmEngine, VllmEngineConfig  # noqa: E402
 from tokenwire.engine.vllm import client as vllm_client  # noqa: E402
 from tokenwire.engine.vllm import protocol as wire  # noqa: E402
+from tokenwire.messages.errors import CodecError  # noqa: E402
+from tokenwire.messages.frames import encode_error_frame  # noqa: E402
+from tokenwire.parsers import output as output_mod  # noqa: E402
 from tokenwire.runtime import Features  # noqa: E402
 from tokenwire.server import ServerConfig, create_app  # noqa: E402
 from tokenwire.server import limits as limits_mod  # noqa: E402
@@ -146,6 +155,39 @@ def wrapper_cost() -> float:
         g()
     t2 = _now()
     return max(0.0, ((t1 - t0) - (t2 - t1)) / n)
+
+
+def _on_message(engine: Any, frames: list[Any]) -> None:
+    """``VllmEngine.on_message`` for a baseline tree from before it (the body of its reader's
+    loop then, the same steps)."""
+    output = engine._output
+    buf = frames[0]
+    try:
+        msg = wire.decode_outputs(buf)
+    except CodecError as exc:
+        engine._malformed(buf, exc)
+        return
+    core = engine._by_rank.get(msg.engine_index)
+    if core is not None:
+        core.heard = time.monotonic()
+    if msg.outputs:
+        for o in msg.outputs:
+            if o.prefill_stats is not None:
+                engine._prefilled(o.request_id, o.prefill_stats)
+        batch = wire.to_batch(
+            msg.outputs, engine._prompt_lens, engine._max_tokens, engine._logprobs or None, frames
+        )
+        if engine._cached:
+            get = engine._cached.get
+            batch.decoded.cached_tokens = [get(r, 0) for r in batch.decoded.rids]
+        for rid in batch.finished:
+            engine._forget(rid)
+        engine._note_times(msg, batch.finished)
+        output(batch.decoded)
+        for rid, message in batch.errors:
+            output(encode_error_frame(rid, message))
+    if msg.scheduler_stats != wire._NIL:
+        engine._stats(msg)
 
 
 def body_of(workload: str, tokens: int) -> dict[str, Any]:
@@ -239,6 +281,10 @@ async def one_round(
     # Stage timers on the functions the code looks up at call time.
     saved = {
         (parse, "render_conversation"): parse.render_conversation,
+        (output_mod.OutputParser, "feed_plain"): getattr(
+            output_mod.OutputParser, "feed_plain", None
+        ),
+        (OpenAIStreamer, "feed_steps"): getattr(OpenAIStreamer, "feed_steps", None),
         (parse, "encode_within"): parse.encode_within,
         (wire, "decode_outputs"): wire.decode_outputs,
         (chat_output.ChoiceOutput, "delta"): chat_output.ChoiceOutput.delta,
@@ -252,7 +298,13 @@ async def one_round(
     chat_output.ChoiceOutput.delta = clock.timed("parsers", chat_output.ChoiceOutput.delta)
     chat_output.ChoiceOutput.final = clock.timed("parsers", chat_output.ChoiceOutput.final)
     OpenAIStreamer.feed = clock.timed("feed", OpenAIStreamer.feed)
+    if saved[(OpenAIStreamer, "feed_steps")] is not None:  # (a baseline may not have them)
+        OpenAIStreamer.feed_steps = clock.timed("feed", OpenAIStreamer.feed_steps)
+    if saved[(output_mod.OutputParser, "feed_plain")] is not None:
+        feed_plain = output_mod.OutputParser.feed_plain
+        output_mod.OutputParser.feed_plain = clock.timed("parsers", feed_plain)
     BodyWriter.write = clock.timed("write", BodyWriter.write)
+    on_message = getattr(engine, "on_message", None) or (lambda f: _on_message(engine, f))
     rows_written = 0
     transports = []
     cycles: list[_Cycle] = []  # (the writers hold them weakly)
@@ -312,7 +364,7 @@ async def one_round(
             buffers = [f.buffer for f in frames]
             shard0 = ns["shard"]
             decode0 = ns["decode"]
-            engine.on_message(buffers)
+            on_message(buffers)
             t2 = _now()
             ns["recv"] += t1 - t0
             ns["columns"] += (t2 - t1) - (ns["shard"] - shard0) - (ns["decode"] - decode0)
@@ -333,7 +385,8 @@ async def one_round(
         captured.append(len(rt.shard))
     finally:
         for (obj, name), fn in saved.items():
-            setattr(obj, name, fn)
+            if fn is not None:
+                setattr(obj, name, fn)
         for t in transports:
             t.abort()
         for _server, client in pairs:
@@ -411,10 +464,8 @@ def live_cpu(workload: str, c: int) -> float | None:
         os.sched_setaffinity(0, set(range(os.cpu_count() or 1)))
 
 
-def main() -> None:
-    workloads = os.environ.get("WORKLOADS", "completions,chat").split(",")
-    levels = [int(c) for c in os.environ.get("CONCURRENCY", "1,8,64,256").split(",")]
-    live = os.environ.get("LIVE", "0") == "1"
+def _worker(workload: str, c: int, seed: int) -> None:
+    """One round in this process (``--worker``): its stages as JSON on the last line."""
     global WRAPPER_NS
     WRAPPER_NS = wrapper_cost()
     tok = Tokenizer.default()
@@ -423,56 +474,88 @@ def main() -> None:
     decode_table(tok, True)  # (Runtime.start builds them)
     decode_table(tok, False)
     features = Features(reasoning_parser="qwen3")
+    # A first round warms the tables and caches up (the server's start does that).
+    asyncio.run(one_round(workload, min(c, 8), 8, tok, features, seed=99))
+    stream, intake, _ = asyncio.run(one_round(workload, c, TOKENS, tok, features, seed=seed))
+    print(json.dumps({"stream": stream, "intake": intake}))
+
+
+def _round(tree: dict[str, str], workload: str, c: int, seed: int) -> dict[str, dict[str, float]]:
+    env = dict(os.environ, **tree)
+    argv = [sys.executable, str(Path(__file__).resolve()), "--worker", workload, str(c), str(seed)]
+    out = subprocess.run(argv, env=env, capture_output=True, text=True)
+    if out.returncode:
+        raise SystemExit(f"a round failed ({tree}):\n{out.stderr[-3000:]}")
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def main() -> None:
+    if len(sys.argv) == 5 and sys.argv[1] == "--worker":
+        _worker(sys.argv[2], int(sys.argv[3]), int(sys.argv[4]))
+        return
+    workloads = os.environ.get("WORKLOADS", "completions,chat").split(",")
+    levels = [int(c) for c in os.environ.get("CONCURRENCY", "1,8,64,256").split(",")]
+    live = os.environ.get("LIVE", "0") == "1"
+    trees: list[tuple[str, dict[str, str]]] = [("this", {"PYTHONPATH": str(HERE.parent / "src")})]
+    if os.environ.get("COMPILED") == "1":  # the installed build, compiled and as plain Python
+        trees = [("compiled", {"TOKENWIRE_PURE_PYTHON": "0"})]
+        trees.append(("pure", {"TOKENWIRE_PURE_PYTHON": "1"}))
+    if os.environ.get("BASELINE"):
+        base = str(Path(os.environ["BASELINE"]).resolve())
+        trees.append(("baseline", {"PYTHONPATH": base, "TOKENWIRE_PURE_PYTHON": "1"}))
     rows = []
     for workload in workloads:
         for c in levels:
-            stream_runs: dict[str, list[float]] = defaultdict(list)
-            intake_runs: dict[str, list[float]] = defaultdict(list)
-            # A first round warms the tables and caches up (the server's start does that).
-            asyncio.run(one_round(workload, min(c, 8), 8, tok, features, seed=99))
-            for r in range(ROUNDS):
-                s, i, _ = asyncio.run(one_round(workload, c, TOKENS, tok, features, seed=r))
-                for k, v in s.items():
-                    stream_runs[k].append(v)
-                for k, v in i.items():
-                    intake_runs[k].append(v)
-            stream = {k: round(_median(v), 2) for k, v in stream_runs.items()}
-            intake = {k: round(_median(v), 1) for k, v in intake_runs.items()}
-            total = sum(stream.values())
-            intake_total = sum(intake.values())
-            row = {"workload": workload, "C": c, "stream": stream, "intake": intake}
-            row["stream_total"] = round(total, 2)
-            row["intake_total"] = round(intake_total, 1)
-            row["in_process_per_token"] = round(total + intake_total / TOKENS, 2)
-            if live:
-                cpu = live_cpu(workload, c)
-                row["live"] = None if cpu is None else round(cpu, 2)
-                row["rest"] = None if cpu is None else round(cpu - row["in_process_per_token"], 2)
-            rows.append(row)
-            print(json.dumps(row), flush=True)
+            runs: dict[str, list[dict[str, dict[str, float]]]] = {name: [] for name, _ in trees}
+            for r in range(ROUNDS):  # rounds alternate between the trees, in a rotating order
+                for name, tree in trees[r % len(trees) :] + trees[: r % len(trees)]:
+                    runs[name].append(_round(tree, workload, c, seed=r))
+            for name, _ in trees:
+                got = runs[name]
+                stream = {
+                    k: round(_median([g["stream"][k] for g in got]), 2) for k in got[0]["stream"]
+                }
+                intake = {
+                    k: round(_median([g["intake"][k] for g in got]), 1) for k in got[0]["intake"]
+                }
+                total = sum(stream.values())
+                intake_total = sum(intake.values())
+                row = {"code": name, "workload": workload, "C": c, "stream": stream}
+                row |= {"intake": intake, "stream_total": round(total, 2)}
+                row["intake_total"] = round(intake_total, 1)
+                row["in_process_per_token"] = round(total + intake_total / TOKENS, 2)
+                if live and name == trees[0][0]:
+                    cpu = live_cpu(workload, c)
+                    row["live"] = None if cpu is None else round(cpu, 2)
+                    rest = None if cpu is None else round(cpu - row["in_process_per_token"], 2)
+                    row["rest"] = rest
+                rows.append(row)
+                print(json.dumps(row), flush=True)
     out = os.environ.get("JSON")
     if out:
         with open(out, "w") as f:
             for row in rows:
                 f.write(json.dumps(row) + "\n")
     head = " | ".join(STREAM_STAGES)
-    print(f"\nµs per streamed token (this thread's CPU time, median of {ROUNDS} rounds)\n")
+    print(f"\nµs per streamed token (CPU time, median of {ROUNDS} rounds)\n")
     extra = " | live | rest" if live else ""
-    print(f"| workload | C | {head} | streamed | + intake / {TOKENS} | in-process{extra} |")
-    print("|---|---:|" + "---:|" * (len(STREAM_STAGES) + 3 + (2 if live else 0)))
+    print(f"| workload | C | code | {head} | streamed | + intake / {TOKENS} | total{extra} |")
+    print("|---|---:|---|" + "---:|" * (len(STREAM_STAGES) + 3 + (2 if live else 0)))
     for row in rows:
         cells = " | ".join(f"{row['stream'][k]:.2f}" for k in STREAM_STAGES)
-        line = f"| {row['workload']} | {row['C']} | {cells} | {row['stream_total']:.2f}"
-        line += f" | {row['intake_total'] / TOKENS:.2f} | {row['in_process_per_token']:.2f}"
+        line = f"| {row['workload']} | {row['C']} | {row['code']} | {cells}"
+        line += f" | {row['stream_total']:.2f} | {row['intake_total'] / TOKENS:.2f}"
+        line += f" | {row['in_process_per_token']:.2f}"
         if live:
-            line += f" | {row.get('live')} | {row.get('rest')}"
+            line += f" | {row.get('live', '-')} | {row.get('rest', '-')}"
         print(line + " |")
     print("\nµs per request (intake)\n")
-    print("| workload | C | " + " | ".join(INTAKE_STAGES) + " | total |")
-    print("|---|---:|" + "---:|" * (len(INTAKE_STAGES) + 1))
+    print("| workload | C | code | " + " | ".join(INTAKE_STAGES) + " | total |")
+    print("|---|---:|---|" + "---:|" * (len(INTAKE_STAGES) + 1))
     for row in rows:
         cells = " | ".join(f"{row['intake'][k]:.1f}" for k in INTAKE_STAGES)
-        print(f"| {row['workload']} | {row['C']} | {cells} | {row['intake_total']:.1f} |")
+        line = f"| {row['workload']} | {row['C']} | {row['code']} | {cells}"
+        print(line + f" | {row['intake_total']:.1f} |")
 
 
 if __name__ == "__main__":
