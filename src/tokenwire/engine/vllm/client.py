@@ -319,7 +319,7 @@ class VllmEngine:
         )
         assert self._input_sync is not None
         try:
-            self._input_sync.send_multipart((core.identity, wire.ADD, payload))
+            _send(self._input_sync, core.identity, wire.ADD, payload)
         except zmq.ZMQError as exc:
             self._core_died(core, f"cannot reach engine rank {core.rank}: {exc}")
             raise QueueFullError(f"the engine is not reachable ({exc})") from None
@@ -375,7 +375,7 @@ class VllmEngine:
         payload = wire.encode_utility(self.config.client_index, call_id, method, args)
         assert self._input_sync is not None
         try:
-            self._input_sync.send_multipart((core.identity, wire.UTILITY, payload))
+            _send(self._input_sync, core.identity, wire.UTILITY, payload)
             return await fut
         finally:
             self._utility.pop(call_id, None)  # (answered, or given up: a ping timed out)
@@ -527,9 +527,7 @@ class VllmEngine:
         assert self._output_sock is not None and self._output is not None
         sock = self._output_sock
         sync = zmq.Socket.shadow(sock.underlying)
-        output = self._output
-        decode = wire.decode_outputs
-        by_rank = self._by_rank
+        on_message = self.on_message
         try:
             while True:
                 await sock.poll(flags=zmq.POLLIN)
@@ -539,50 +537,7 @@ class VllmEngine:
                         frames = sync.recv_multipart(zmq.NOBLOCK, copy=False)
                     except zmq.Again:
                         break
-                    buf = frames[0].buffer
-                    if len(frames) == 1 and buf == wire.ENGINE_CORE_DEAD:
-                        self._engine_dead_message()
-                        continue
-                    try:
-                        msg = decode(buf)
-                    except CodecError as exc:
-                        self._malformed(buf, exc)
-                        continue
-                    core = by_rank.get(msg.engine_index)
-                    if core is not None:
-                        core.heard = time.monotonic()
-                        if not core.healthy:
-                            self._answers_again(core)
-                    if msg.outputs:
-                        for o in msg.outputs:
-                            if o.prefill_stats is not None:
-                                self._prefilled(o.request_id, o.prefill_stats)
-                        try:
-                            batch = wire.to_batch(
-                                msg.outputs,
-                                self._prompt_lens,
-                                self._max_tokens,
-                                self._logprobs or None,
-                                [f.buffer for f in frames],
-                            )
-                        except CodecError as exc:
-                            self._malformed(buf, exc, msg.engine_index)
-                            continue
-                        if self._cached:
-                            get = self._cached.get
-                            batch.decoded.cached_tokens = [get(r, 0) for r in batch.decoded.rids]
-                        for rid in batch.finished:
-                            self._forget(rid)
-                        if msg.engine_index:
-                            batch.decoded.engine = msg.engine_index
-                        self._note_times(msg, batch.finished)
-                        output(batch.decoded)
-                        for rid, message in batch.errors:
-                            output(encode_error_frame(rid, message))
-                    if msg.utility_output is not None:
-                        self._utility_result(msg.utility_output)
-                    if msg.scheduler_stats != wire._NIL:
-                        self._stats(msg)
+                    on_message([f.buffer for f in frames])
                     now = time.perf_counter()
                     if now >= turn_ends:
                         await asyncio.sleep(0)
@@ -596,6 +551,57 @@ class VllmEngine:
                 log.exception("reading engine outputs failed")
                 for core in self._cores:
                     self._core_died(core, f"engine output socket failed: {exc}")
+
+    def on_message(self, frames: list[Any]) -> None:
+        """One message from the output socket (its frames' buffers): an engine step's outputs
+        to the shard as one decoded step, utility results, scheduler stats, or an engine's
+        death (plain, synchronous: the reader above only receives)."""
+        output = self._output
+        assert output is not None
+        buf = frames[0]
+        if len(frames) == 1 and buf == wire.ENGINE_CORE_DEAD:
+            self._engine_dead_message()
+            return
+        try:
+            msg = wire.decode_outputs(buf)
+        except CodecError as exc:
+            self._malformed(buf, exc)
+            return
+        core = self._by_rank.get(msg.engine_index)
+        if core is not None:
+            core.heard = time.monotonic()
+            if not core.healthy:
+                self._answers_again(core)
+        if msg.outputs:
+            for o in msg.outputs:
+                if o.prefill_stats is not None:
+                    self._prefilled(o.request_id, o.prefill_stats)
+            try:
+                batch = wire.to_batch(
+                    msg.outputs,
+                    self._prompt_lens,
+                    self._max_tokens,
+                    self._logprobs or None,
+                    frames,
+                )
+            except CodecError as exc:
+                self._malformed(buf, exc, msg.engine_index)
+                return
+            if self._cached:
+                get = self._cached.get
+                batch.decoded.cached_tokens = [get(r, 0) for r in batch.decoded.rids]
+            for rid in batch.finished:
+                self._forget(rid)
+            if msg.engine_index:
+                batch.decoded.engine = msg.engine_index
+            self._note_times(msg, batch.finished)
+            output(batch.decoded)
+            for rid, message in batch.errors:
+                output(encode_error_frame(rid, message))
+        if msg.utility_output is not None:
+            self._utility_result(msg.utility_output)
+        if msg.scheduler_stats != wire._NIL:
+            self._stats(msg)
 
     async def _watch_connections(self) -> None:
         """Find engines whose connection dropped: after every disconnect on the input socket, and
@@ -725,7 +731,7 @@ class VllmEngine:
             if not core.alive:
                 continue
             try:
-                self._input_sync.send_multipart((core.identity, wire.ABORT, empty))
+                _send(self._input_sync, core.identity, wire.ABORT, empty)
             except zmq.ZMQError as exc:
                 self._core_died(core, f"engine rank {core.rank} disconnected ({exc})")
 
@@ -801,7 +807,7 @@ class VllmEngine:
             return
         for identity, rids in pending.items():
             with contextlib.suppress(zmq.ZMQError):
-                self._input_sync.send_multipart((identity, wire.ABORT, wire.encode_abort(rids)))
+                _send(self._input_sync, identity, wire.ABORT, wire.encode_abort(rids))
 
     def _finish_locally(self, request: EngineRequest) -> None:
         """A request that asks for no tokens: done without the engine (vLLM refuses it)."""
@@ -865,6 +871,19 @@ def _kv_capacity(ready: dict[str, Any]) -> int | None:
     if isinstance(blocks, int) and isinstance(size, int) and blocks > 0:
         return blocks * size
     return None
+
+
+#: ``zmq.SNDMORE`` as a plain int: ``send_multipart`` combines enum flags in Python per frame,
+#: which costs more than the three sends.
+_MORE = int(zmq.SNDMORE)
+
+
+def _send(sock: zmq.Socket, identity: bytes, kind: bytes, payload: bytes) -> None:
+    """One ``[identity, type, payload]`` message on a ROUTER (``send_multipart``'s frames: an
+    identity it cannot route fails on the first)."""
+    sock.send(identity, _MORE)
+    sock.send(kind, _MORE)
+    sock.send(payload)
 
 
 def _tune(sock: zmq.Socket) -> None:
