@@ -202,7 +202,7 @@ def test_a_pooling_only_engine_refuses_generation():
 
 def test_pooling_gives_the_raw_outputs(srv):
     got = post(srv, "/pooling", {"input": ["hello world", "x"]})
-    assert got["id"].startswith("pool-") and got["data"][0]["object"] == "pooling"
+    assert got["id"].startswith("pooling-") and got["data"][0]["object"] == "pooling"
     emb = post(srv, "/v1/embeddings", {"input": ["hello world", "x"]})
     assert [d["data"] for d in got["data"]] == [d["embedding"] for d in emb["data"]]
 

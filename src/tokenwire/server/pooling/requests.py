@@ -227,7 +227,7 @@ def _id(body: Mapping[str, Any], ctx: PoolingContext, prefix: str, key: str = "r
     if given is None and body.get("rid") is not None and isinstance(body.get("rid"), str):
         given = request_id(body["rid"], "rid")
     if given is None:
-        given = uuid.uuid4().hex
+        given = f"{uuid.uuid4().int & ((1 << 64) - 1):016x}"  # (vLLM's random_uuid)
     return f"{prefix}-{given}"
 
 
@@ -429,7 +429,7 @@ def parse_pooling(body: Any, ctx: PoolingContext) -> PoolingCall:
     )
     prompts = _inputs(body, ctx)
     plan = PoolingPlan("pooling", prompts, params, name, priority, salt, lora)
-    return PoolingCall("pooling", plan, _id(body, ctx, "pool"), encoding)
+    return PoolingCall("pooling", plan, _id(body, ctx, "pooling"), encoding)
 
 
 def parse_classify(body: Any, ctx: PoolingContext) -> PoolingCall:

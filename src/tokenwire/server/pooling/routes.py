@@ -73,16 +73,20 @@ async def _serve(
     except TokenwireError as err:
         await send_error(rt.metrics, send, err, route)
         return
+    # The client going away drops the job (its future is cancelled): nothing is left running.
     gone = asyncio.ensure_future(wait_disconnect(receive))
+    gone.add_done_callback(lambda f: f.cancelled() or f.exception() or rt.pooling.drop(job))
     ok = False
     try:
-        await asyncio.wait({job.future, gone}, return_when=asyncio.FIRST_COMPLETED)
-        if not job.future.done():
-            rt.metrics.requests.labels(route, "499").inc()
-            return
         try:
-            outputs = job.future.result()
+            # (shielded: this task's own cancellation leaves the job's future as it is)
+            outputs = await asyncio.shield(job.future)
         except asyncio.CancelledError:
+            if not job.future.cancelled():
+                raise  # (this handler's own task is cancelled)
+            if gone.done() and not gone.cancelled():
+                rt.metrics.requests.labels(route, "499").inc()
+                return
             err: TokenwireError = QueueFullError("the request was ended by the server")
             await send_error(rt.metrics, send, err, route)
             return
