@@ -170,22 +170,33 @@ def test_every_input_form():
         assert err.value.param == "input"
 
 
-def test_the_batch_is_bounded_before_anything_is_tokenized():
+def test_the_batch_is_bounded_before_anything_is_tokenized(monkeypatch):
+    from tokenwire.pooling import inputs
+
     tok = real_tokenizer("default")
-    calls = []
-    real = tok.encode
-    try:
-        tok.encode = lambda *a, **k: calls.append(a) or real(*a, **k)  # type: ignore[method-assign]
-        with pytest.raises(ValidationError, match="limit") as err:
-            items = pooling_inputs(["x"] * (MAX_POOLING_INPUTS + 1))
-            tokenize_inputs(items, tok)
-        assert err.value.param == "input" and not calls
-        # The token budget: token-id inputs count first, texts stop as soon as it is past.
-        with pytest.raises(ValidationError, match="more than 10 tokens"):
-            tokenize_inputs([[1] * 8, "a b c d e f", "g h"], tok, budget=TokenBudget(10))
-        assert len(calls) == 1
-    finally:
-        del tok.encode
+    calls: list[list[str]] = []
+    real = inputs._encode_many
+
+    def counted(tok, texts, add_special):
+        calls.append(texts)
+        return real(tok, texts, add_special)
+
+    monkeypatch.setattr(inputs, "_encode_many", counted)
+    with pytest.raises(ValidationError, match="limit") as err:
+        tokenize_inputs(pooling_inputs(["x"] * (MAX_POOLING_INPUTS + 1)), tok)
+    assert err.value.param == "input" and not calls
+    # The token budget: token-id inputs count first, texts a chunk at a time, and the request
+    # stops at the first chunk past it.
+    with pytest.raises(ValidationError, match="more than 10 tokens"):
+        tokenize_inputs([[1] * 8, *(["a b c d e f"] * 200)], tok, budget=TokenBudget(10))
+    assert len(calls) == 1 and len(calls[0]) == 64
+    with pytest.raises(ValidationError, match="more than 10 tokens"):
+        tokenize_inputs([[1] * 11, "a"], tok, budget=TokenBudget(10))
+    assert len(calls) == 1
+    # One batch call gives what one call a text gives.
+    bert = real_tokenizer("minilm_bert")
+    texts = ["the cat", "Paris is the capital of France.", "日本語"]
+    assert tokenize_inputs(texts, bert) == [bert.encode(t) for t in texts]
 
 
 def test_truncation_keeps_what_vllm_keeps():

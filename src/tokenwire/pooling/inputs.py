@@ -4,7 +4,8 @@ and cross-encoder pairs built as vLLM builds them.
 Bounds: at most ``MAX_POOLING_INPUTS`` inputs (or pairs) a request, counted before anything is
 tokenized, and ``MAX_POOLING_TOKENS`` tokens in all, counted as the inputs are tokenized (token-id
 inputs first), so a request past it is refused having tokenized at most one input more than the
-bound; every text is refused before tokenizing when it cannot fit the context whatever its tokens.
+bound (short texts are tokenized 64 at a time: at most one such chunk more); every text is refused
+before tokenizing when it cannot fit the context whatever its tokens.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from tokenwire.context_length import encode_within, max_prompt_chars
+from tokenwire.context_length import PIECE_CHARS, encode_within, max_prompt_chars
 from tokenwire.messages.errors import TokenizeError, ValidationError
 from tokenwire.tokenizer import Tokenizer
 
@@ -34,6 +35,9 @@ __all__ = [
 MAX_POOLING_INPUTS = 2048
 #: Most tokens all of one request's inputs may come to (OpenAI's embeddings limit).
 MAX_POOLING_TOKENS = 300_000
+#: Short texts are tokenized this many at a time (one call for the batch, the budget checked
+#: after each).
+_CHUNK = 64
 
 Input = str | list[int]
 
@@ -96,6 +100,31 @@ class TokenBudget:
                 "of one request",
                 param=field,
             )
+
+
+def _encode_many(tok: Tokenizer, texts: list[str], add_special: bool) -> list[list[int]]:
+    """Several texts' ids at once, exactly as ``Tokenizer.encode`` gives each (tiktoken where
+    it reproduces the tokenizer, else one batch call to ``tokenizers``)."""
+    try:
+        fast = tok.fast_bpe()
+        if fast is not None:
+            return [fast.encode(t, add_special) for t in texts]
+        hf = tok.hf
+        batch = getattr(hf, "encode_batch_fast", None) or hf.encode_batch
+        return [e.ids for e in batch(texts, add_special_tokens=add_special)]
+    except Exception as exc:  # tokenizers raises plain Exception subclasses
+        raise TokenizeError(str(exc)) from exc
+
+
+def check_text_length(text: str, tok: Tokenizer, where: str, field: str) -> None:
+    """Refuse, before tokenizing it, a text too long to fit the context whatever its tokens."""
+    most = max_prompt_chars(tok)
+    if most is not None and len(text) > most:
+        raise ValidationError(
+            f"{where} has {len(text)} characters: more tokens than this model's maximum context "
+            f"length of {tok.max_model_len}",
+            param=field,
+        )
 
 
 def _too_long(count: int, limit: int, field: str) -> ValidationError:
@@ -184,8 +213,13 @@ def tokenize_inputs(
                 ids = ids[len(ids) - truncate :] if side == "left" else ids[:truncate]
             budget.take(len(ids), field)
             out[i] = ids
+    short: list[int] = []  # (texts tokenized together, a chunk at a time)
     for i, item in enumerate(items):
         if isinstance(item, list):
+            continue
+        if truncate is None and len(item) <= 2 * PIECE_CHARS:
+            check_text_length(item, tok, "the input" if len(items) == 1 else f"{field}[{i}]", field)
+            short.append(i)
             continue
         where = "the input" if len(items) == 1 else f"{field}[{i}]"
         if truncate is None:
@@ -194,6 +228,12 @@ def tokenize_inputs(
             ids = _encode_truncated(tok, item, truncate, side, add_special)
         budget.take(len(ids), field)
         out[i] = ids
+    for start in range(0, len(short), _CHUNK):
+        chunk = short[start : start + _CHUNK]
+        encoded = _encode_many(tok, [items[i] for i in chunk], add_special)  # type: ignore[misc]
+        for i, ids in zip(chunk, encoded):
+            out[i] = ids
+        budget.take(sum(map(len, encoded)), field)
     result: list[list[int]] = []
     for ids in out:
         assert ids is not None

@@ -451,4 +451,4 @@ class Runtime:
         return ended
 
     def finished(self) -> None:
-        self.metrics.in_flight.set(len(self.shard))
+        self.metrics.in_flight.set(len(self.shard) + len(self.pooling))
