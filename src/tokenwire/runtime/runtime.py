@@ -403,8 +403,8 @@ class Runtime:
         is dropped, here and in the engine); its inputs counted as finished requests."""
         self.pooling.drop(job)
         series = self.metrics.engine(job.engine)
+        series.finished("stop" if ok else "abort", len(job.plan.prompts))
         for ids in job.plan.prompts:
-            series.finished("stop" if ok else "abort")
             series.request_prompt_tokens.observe(len(ids))
         self.metrics.in_flight.set(len(self.shard) + len(self.pooling))
 
