@@ -101,6 +101,26 @@ _SCORING = {
     "chat_template_kwargs",
 }
 
+#: Each route's fields (others are ignored, and logged once).
+_EMBEDDINGS_FIELDS = (
+    {"input", "dimensions", "use_activation"} | _BASIC | _CHAT | _ENCODING | _SGLANG
+)
+_POOLING_FIELDS = {"input", "task", "dimensions", "use_activation"} | _BASIC | _CHAT | _ENCODING
+_CLASSIFY_FIELDS = {"input", "use_activation"} | _BASIC | _CHAT | _SGLANG
+_ENCODE_FIELDS = {"text", "input_ids", "rid", "dimensions", "priority", "lora_path", "model"} | {
+    "sampling_params",
+    "log_metrics",
+    "routing_key",
+    "return_prompt_token_ids",
+}
+_RERANK_FIELDS = (
+    {"query", "documents", "top_n", "return_documents", "instruct", "rank_fields"}
+    | {"max_chunks_per_doc"}
+    | _BASIC
+    | _SCORING
+    | _SGLANG
+)
+
 
 @dataclass(frozen=True)
 class PoolingContext:
@@ -377,9 +397,7 @@ def _need(ctx: PoolingContext, route: str, ok: bool) -> None:
 def parse_embeddings(body: Any, ctx: PoolingContext) -> PoolingCall:
     """``POST /v1/embeddings``."""
     body = _object(body)
-    _warn_unknown_fields(
-        body, {"input", "dimensions", "use_activation"} | _BASIC | _CHAT | _ENCODING | _SGLANG
-    )
+    _warn_unknown_fields(body, _EMBEDDINGS_FIELDS)
     _refuse_removed(body)
     _need(ctx, "embeddings", ctx.task == "embed")
     name, lora, priority, salt = _scheduling(body, ctx)
@@ -400,9 +418,7 @@ def parse_embeddings(body: Any, ctx: PoolingContext) -> PoolingCall:
 def parse_pooling(body: Any, ctx: PoolingContext) -> PoolingCall:
     """``POST /pooling``: any task the model runs (``task``; the model's own by default)."""
     body = _object(body)
-    _warn_unknown_fields(
-        body, {"input", "task", "dimensions", "use_activation"} | _BASIC | _CHAT | _ENCODING
-    )
+    _warn_unknown_fields(body, _POOLING_FIELDS)
     _refuse_removed(body)
     _need(ctx, "pooling", ctx.task is not None)
     if body.get("dimensions") is not None:
@@ -439,7 +455,7 @@ def parse_classify(body: Any, ctx: PoolingContext) -> PoolingCall:
     body = _object(body)
     if "input" not in body and "messages" not in body and ("text" in body or "input_ids" in body):
         return parse_encode(body, ctx, task="classify", route="classify")
-    _warn_unknown_fields(body, {"input", "use_activation"} | _BASIC | _CHAT | _SGLANG)
+    _warn_unknown_fields(body, _CLASSIFY_FIELDS)
     _refuse_removed(body)
     _need(ctx, "classify", ctx.task == "classify")
     name, lora, priority, salt = _scheduling(body, ctx)
@@ -462,11 +478,7 @@ def parse_encode(
     """SGLang's ``POST /encode`` (``text`` or ``input_ids``, one or a batch; ``rid``,
     ``dimensions``, ``priority``, ``lora_path``)."""
     body = _object(body)
-    _warn_unknown_fields(
-        body,
-        {"text", "input_ids", "rid", "dimensions", "priority", "lora_path", "sampling_params"}
-        | {"log_metrics", "routing_key", "return_prompt_token_ids", "model"},
-    )
+    _warn_unknown_fields(body, _ENCODE_FIELDS)
     for refused in ("image_data", "video_data", "audio_data", "input_embeds"):
         if body.get(refused) is not None:
             raise ValidationError(f"{refused}: multimodal inputs are not supported", param=refused)
@@ -534,14 +546,7 @@ def parse_score(body: Any, ctx: PoolingContext) -> PoolingCall:
 def parse_rerank(body: Any, ctx: PoolingContext) -> PoolingCall:
     """``POST /rerank``, ``/v1/rerank`` and ``/v2/rerank`` (Jina's and Cohere's shape)."""
     body = _object(body)
-    _warn_unknown_fields(
-        body,
-        {"query", "documents", "top_n", "return_documents", "instruct", "rank_fields"}
-        | {"max_chunks_per_doc"}
-        | _BASIC
-        | _SCORING
-        | _SGLANG,
-    )
+    _warn_unknown_fields(body, _RERANK_FIELDS)
     if "query" not in body:
         raise ValidationError("query is required", param="query")
     if "documents" not in body:
