@@ -601,7 +601,7 @@ def _scoring(
         ctx.task,
         dimensions=None,
         use_activation=_opt_bool(body, "use_activation"),
-        defaults={k: v for k, v in ctx.pooler_config.items() if k == "use_activation"},
+        defaults=ctx.pooler_config,
     )
     tok = ctx.tok
     budget = TokenBudget()
