@@ -14,7 +14,7 @@ from typing import Any
 
 from tokenwire.engine import Engine
 from tokenwire.engine.synthetic import SyntheticConfig
-from tokenwire.engine.synthetic_pooling import DEFAULT_EMBEDDING_DIM
+from tokenwire.engine.synthetic_pooling import DEFAULT_EMBEDDING_DIM, SyntheticPooler
 from tokenwire.entrypoints.options import adapters
 from tokenwire.pooling.tasks import PoolingModel
 from tokenwire.tokenizer import Tokenizer
@@ -186,6 +186,14 @@ def pooling_settings(args: argparse.Namespace) -> tuple[PoolingModel | None, dic
     ``--tokenizer`` folder) and of ``--pooler-config``."""
     folder = getattr(args, "model", None) or getattr(args, "tokenizer", None)
     model = PoolingModel.from_dir(folder) if folder and os.path.isdir(folder) else None
+    synthetic_worker = (
+        getattr(args, "worker_fds", None)
+        and not getattr(args, "model", None)
+        and not getattr(args, "handshake_address", None)
+    )
+    if synthetic_worker:
+        # A worker of --api-server-count over mock engines: the synthetic engine's embeddings.
+        model = SyntheticPooler(args.embedding_dim).model
     return model, dict(getattr(args, "pooler_config", None) or {})
 
 
