@@ -182,7 +182,8 @@ def route_task_error(route: str, task: str | None, generates: bool = False) -> V
     runs = f"the {task} pooling task" if task else "no pooling task"
     if task is None and generates:
         runs = "text generation (no pooling task)"
+    path = "/v1/embeddings" if route == "embeddings" else f"/{route}"
     return ValidationError(
-        f"this model runs {runs}: /{route} needs {_NEEDS.get(route, 'another kind of model')}",
+        f"this model runs {runs}: {path} needs {_NEEDS.get(route, 'another kind of model')}",
         param="model",
     )
