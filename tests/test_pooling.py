@@ -324,3 +324,24 @@ def test_synthetic_dimensions_activation_and_token_vectors():
     (rows,) = pooler.pool([PoolingRequest("t", ids, PoolingParams("token_embed"))])
     assert rows.shape == (len(ids), 64)
     assert np.allclose(np.linalg.norm(rows, axis=1), 1, atol=1e-5)
+
+
+def test_a_score_template_renders_the_pair():
+    from tokenwire.runtime import Features
+    from tokenwire.server.pooling.requests import PoolingContext, _pair_template
+
+    bert = real_tokenizer("minilm_bert")
+    template = (
+        "{% for m in messages %}{{ m.role }}: {{ m.content }}\n{% endfor %}"
+        "{{ instruction | default('') }}"
+    )
+    ctx = PoolingContext(bert, "m", "classify", features=Features(chat_template=template))
+    pair = _pair_template(ctx, {"instruction": "Judge."})
+    assert pair.render is not None
+    text = pair.render("what is a cat", "a small animal")
+    assert text == "query: what is a cat\ndocument: a small animal\nJudge."
+    ids, second = encode_pair(bert, "what is a cat", "a small animal", pair)
+    assert ids == bert.encode(text) and second is None
+    with pytest.raises(ValidationError) as err:
+        _pair_template(ctx, {"tools": []})
+    assert err.value.param == "chat_template_kwargs"
