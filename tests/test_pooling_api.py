@@ -382,3 +382,38 @@ def test_the_fixtures_cover_the_clients():
         "langchain-openai-embeddings",
         "cohere",
     }
+
+
+def test_a_late_interaction_model_scores_by_maxsim():
+    # (--pooler-config '{"task": "token_embed"}': the synthetic engine's token vectors served)
+    tok = real_tokenizer("default")
+    config = ServerConfig(model_name=MODEL, pooler_config={"task": "token_embed"})
+    app = create_app(tok, SyntheticEngine(tok), config)
+    with run_tokenwire(app) as url:
+        err = httpx.post(url + "/v1/embeddings", json={"input": "x"}).json()["error"]
+        assert "token_embed pooling task" in err["message"]
+        rows = httpx.post(url + "/pooling", json={"input": ["hello world", "hi"]}).json()
+        assert [len(d["data"]) for d in rows["data"]] == [len(tok.encode("hello world")), 1]
+        q, *docs = (
+            np.array(d["data"])
+            for d in httpx.post(url + "/pooling", json={"input": [QUERY, *DOCUMENTS]}).json()[
+                "data"
+            ]
+        )
+        want = [float((q @ d.T).max(axis=1).sum()) for d in docs]
+        got = httpx.post(url + "/score", json={"queries": QUERY, "documents": DOCUMENTS}).json()
+        assert np.allclose([d["score"] for d in got["data"]], want, rtol=1e-5)
+        ranked = httpx.post(url + "/rerank", json={"query": QUERY, "documents": DOCUMENTS}).json()
+        assert ranked["results"][0]["index"] == 1
+
+
+def test_a_pooler_config_task_the_engine_does_not_run_stops_the_start():
+    tok = real_tokenizer("default")
+    config = ServerConfig(model_name=MODEL, pooler_config={"task": "classify"})
+    app = create_app(tok, SyntheticEngine(tok), config)
+
+    async def start() -> None:
+        await app.runtime.start()
+
+    with pytest.raises(RuntimeError, match="classify"):
+        asyncio.run(start())

@@ -136,7 +136,11 @@ class Runtime:
             )
         for e in getattr(self.engine, "engines", None) or ():
             self.metrics.engine(int(e["rank"]))  # every engine's series from the first scrape
-        self._learn_tasks()
+        try:
+            self._learn_tasks()
+        except RuntimeError:
+            await self.engine.close()
+            raise
         engine_len = getattr(self.engine, "max_model_len", None)
         if isinstance(engine_len, int) and engine_len > 0:
             # The engine's context length is the one that holds (vLLM's auto-fitted one).
