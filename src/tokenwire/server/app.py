@@ -22,6 +22,7 @@ from tokenwire.server import (
     limits,
     lora,
     openai,
+    pooling,
     responses,
     utility,
 )
@@ -82,6 +83,7 @@ class App:
             **responses.ROUTES,
             **anthropic.ROUTES,
             **generate.ROUTES,
+            **pooling.ROUTES,
             **utility.ROUTES,
             **engine_control.ROUTES,
         }

@@ -33,6 +33,8 @@ import zmq
 import zmq.asyncio
 
 from tokenwire.engine import REQUEST_FIELDS, EngineRequest, OutputCallback, RequestTimes
+from tokenwire.engine.pooling import DEFAULT_TASKS, PoolingRequest
+from tokenwire.engine.vllm import pooling as pool_wire
 from tokenwire.engine.vllm import protocol as wire
 from tokenwire.messages.errors import CodecError, QueueFullError, ValidationError
 from tokenwire.messages.finish_reason import FinishReason
@@ -193,6 +195,10 @@ class VllmEngine:
         #: Per request, by the engine's clock: [queued, scheduled, first token, last token, rank]
         #: (from its scheduler events and the steps' timestamps; 0.0: not known yet).
         self._times: dict[str, list[float]] = {}
+        #: The tasks the engines run (vLLM's ``get_supported_tasks``, asked once they are ready),
+        #: and the pooling requests in flight.
+        self.supported_tasks: tuple[str, ...] = DEFAULT_TASKS
+        self._pooling: set[str] = set()
 
     # ---- Engine protocol -------------------------------------------------------------------------
 
@@ -261,6 +267,7 @@ class VllmEngine:
             self._tasks.append(loop.create_task(self._watch_stalls(), name="vllm-stalls"))
         if cfg.launcher is not None:
             self._tasks.append(loop.create_task(self._watch_launcher(), name="vllm-process"))
+        await self._learn_supported_tasks()
         log.info(
             "vLLM engines ready: %s (max_model_len %s)",
             ", ".join(f"rank {c.rank}" for c in self._cores),
@@ -334,6 +341,51 @@ class VllmEngine:
         if p.logprobs is not None or p.prompt_logprobs is not None:
             lp = p.logprobs if p.logprobs is not None else -1
             self._logprobs[rid] = (lp, p.prompt_logprobs if p.prompt_logprobs is not None else -1)
+
+    async def _learn_supported_tasks(self) -> None:
+        """Ask the first engine which tasks it runs (what vLLM's frontend asks at startup)."""
+        try:
+            tasks = await asyncio.wait_for(self.call_utility("get_supported_tasks"), 60)
+        except (asyncio.TimeoutError, RuntimeError, QueueFullError, zmq.ZMQError) as exc:
+            log.warning("the engine did not say which tasks it supports (%s): generation", exc)
+            return
+        if isinstance(tasks, (list, tuple)) and all(isinstance(t, str) for t in tasks):
+            self.supported_tasks = tuple(tasks)
+
+    def submit_pooling(self, request: PoolingRequest) -> None:
+        """Send one input to pool to the engine with the fewest requests in flight."""
+        if not self._alive:
+            raise QueueFullError(f"the engine is not running ({self.dead_reason or 'not started'})")
+        rid = request.rid
+        core = min((c for c in self._cores if c.serving), key=lambda c: len(c.in_flight))
+        payload = pool_wire.encode_pooling_add(request, client_index=self.config.client_index)
+        assert self._input_sync is not None
+        try:
+            self._input_sync.send_multipart((core.identity, wire.ADD, payload))
+        except zmq.ZMQError as exc:
+            self._core_died(core, f"cannot reach engine rank {core.rank}: {exc}")
+            raise QueueFullError(f"the engine is not reachable ({exc})") from None
+        if not core.in_flight:
+            core.heard = time.monotonic()
+        core.in_flight.add(rid)
+        self._owner[rid] = core
+        self._prompt_lens[rid] = len(request.prompt_ids)
+        self._max_tokens[rid] = None
+        self._pooling.add(rid)
+
+    def _take_pooled(self, msg: wire.EngineCoreOutputs, frames: list[Any]) -> list[Any]:
+        """A message's pooling outputs, sent on as one ``Pooled``; its other outputs returned."""
+        rest, pooled = pool_wire.pooled_outputs(
+            msg.outputs, frames, self._pooling, msg.engine_index
+        )
+        if pooled is not None:
+            for rid in pooled.rids:
+                self._forget(rid)
+            for rid, _ in pooled.errors:
+                self._forget(rid)
+            assert self._output is not None
+            self._output(pooled)
+        return rest
 
     def abort(self, rid: str) -> None:
         self._times.pop(rid, None)
@@ -572,6 +624,8 @@ class VllmEngine:
             core.heard = time.monotonic()
             if not core.healthy:
                 self._answers_again(core)
+        if self._pooling and msg.outputs:
+            msg.outputs = self._take_pooled(msg, frames)
         if msg.outputs:
             for o in msg.outputs:
                 if o.prefill_stats is not None:
@@ -776,6 +830,7 @@ class VllmEngine:
             del self._prompt_lens[rid]
             del self._max_tokens[rid]
             self._logprobs.pop(rid, None)
+            self._pooling.discard(rid)
             if self._cached:
                 self._cached.pop(rid, None)
         return core

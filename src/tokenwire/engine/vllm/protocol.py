@@ -373,6 +373,8 @@ class AddRequest:
     sampling: dict[str, Any]
     client_index: int = 0
     priority: int = 0
+    #: A pooling request's ``PoolingParams`` array (``sampling`` is then empty).
+    pooling: list[Any] | None = None
 
 
 def decode_add(payload: bytes) -> AddRequest:
@@ -385,11 +387,12 @@ def decode_add(payload: bytes) -> AddRequest:
         raise CodecError("ADD is not an EngineCoreRequest array")
     prompt = msg[1] or []
     sampling = msg[3]
-    if not isinstance(sampling, dict):
-        raise CodecError("ADD without sampling params (pooling is not supported)")
+    pooling = msg[4] if isinstance(msg[4], list) else None
+    if not isinstance(sampling, dict) and pooling is None:
+        raise CodecError("ADD with neither sampling params nor pooling params")
     client_index = msg[11] if len(msg) > 11 and isinstance(msg[11], int) else 0
     priority = msg[13] if len(msg) > 13 and isinstance(msg[13], int) else 0
-    return AddRequest(msg[0], list(prompt), sampling, client_index, priority)
+    return AddRequest(msg[0], list(prompt), sampling or {}, client_index, priority, pooling)
 
 
 def sampling_params_from_map(sp: dict[str, Any]) -> SamplingParams:
