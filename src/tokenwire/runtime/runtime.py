@@ -84,7 +84,10 @@ class Runtime:
             config.lora_modules,
             root=config.model_root,
         )
-        self.shard = DetokShard(self._abort_in_engine, max_stall=config.stall_timeout)
+        # The server decodes a generated padding id as no text, as stock vLLM does.
+        self.shard = DetokShard(
+            self._abort_in_engine, max_stall=config.stall_timeout, padding="empty"
+        )
         self.metrics = Metrics(config.model_name, tokenizer.max_model_len)
         collector = EngineCollector(engine, self.metrics.registry, config.model_name)
         self._engine_of = getattr(engine, "engine_of", None)
