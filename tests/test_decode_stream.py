@@ -126,7 +126,7 @@ def test_generated_padding_id_is_an_error_by_default(btok, fast):
     (a padding row), first or later, and the stream is left as it was."""
     stream = DecodeStream(btok, b("prompt"), fast=fast)
     assert stream.padding == "error"
-    with pytest.raises(DecodeError, match="270.*padding='empty'"):
+    with pytest.raises(DecodeError, match=r"270.*padding='empty'"):
         stream.push_token(270)  # before the prompt is taken in
     assert stream.push_token(ord("a")) == "a"
     e4, bd, a0 = b("你")
