@@ -360,9 +360,35 @@ def test_tool_choice_required_and_named_with_an_engine_that_constrains(monkeypat
             for tc in chunk.choices[0].delta.tool_calls or []:
                 args += tc.function.arguments or ""
         assert args == '{"city": "巴黎"}'
-        with pytest.raises(openai.BadRequestError) as exc:
-            chat("{}", "required", response_format={"type": "json_object"})
-        assert exc.value.body["param"] == "tool_choice"
+        # With response_format too, the tool constraint wins (stock vLLM and OpenAI answer 200;
+        # the Agents SDK sends both with output_type and tool_choice="required")
+        text = '[{"name": "get_weather", "parameters": {"city": "Paris"}}]'
+        for rf in ({"type": "json_object"}, RF):
+            r = chat(text, "required", response_format=rf)
+            assert json.loads(s.engine.seen[-1].json_schema) == required_schema(TOOLS)
+            assert s.engine.seen[-1].regex is None
+            (call,) = r.choices[0].message.tool_calls
+            assert call.function.name == "get_weather"
+        r = chat('{"city": "Oslo"}', named, response_format=RF)
+        assert json.loads(s.engine.seen[-1].json_schema) == TOOLS[0]["function"]["parameters"]
+        assert r.choices[0].message.tool_calls[0].function.arguments == '{"city": "Oslo"}'
+        # Responses: text.format with a forced function tool
+        tool = {"type": "function", **TOOLS[0]["function"]}
+        got = httpx.post(
+            s.url + "/v1/responses",
+            json={
+                "model": MODEL,
+                "input": text + END,
+                "tools": [tool],
+                "tool_choice": "required",
+                "text": {"format": {"type": "json_schema", "name": "w", "schema": SCHEMA}},
+                "max_output_tokens": 100,
+            },
+        )
+        assert got.status_code == 200, got.text
+        assert json.loads(s.engine.seen[-1].json_schema) == required_schema(TOOLS)
+        calls = [o for o in got.json()["output"] if o["type"] == "function_call"]
+        assert [c["name"] for c in calls] == ["get_weather"]
 
 
 def test_langchain_with_structured_output() -> None:

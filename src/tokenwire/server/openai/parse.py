@@ -463,12 +463,9 @@ def parse_chat(
         spec = spec if spec.tools is not None else None
     forced = forced_schema(body)
     if forced is not None:
-        if params.json_schema or params.regex or params.ebnf:
-            raise ValidationError(
-                "tool_choice required or a named function constrains the output itself: drop "
-                "response_format",
-                param="tool_choice",
-            )
+        # tool_choice required or a named function constrains the output itself; with
+        # response_format too, the tool constraint wins (stock vLLM and OpenAI answer 200)
+        params.regex = params.ebnf = params.structural_tag = None
         params.json_schema = forced
         grammar_field = "tool_choice"
     tools_cls = spec.tools if spec is not None else None
