@@ -405,7 +405,6 @@ def test_a_forced_tool_call_cut_by_max_tokens_is_no_content_and_no_calls(monkeyp
     """vLLM's answer: the fragment is not the answer; finish reason length says why (chat,
     streamed chat, Messages, Responses)."""
     from test_server_tools import END, TOOLS
-
     from tokenwire.runtime import Features
 
     import test_server_e2e
