@@ -32,7 +32,7 @@ def model_dir(tmp_path_factory) -> str:
     return str(out)
 
 
-def serve(model: str, command: str) -> subprocess.Popen:
+def serve(model: str, command: str, start_timeout: float = 120) -> subprocess.Popen:
     return subprocess.Popen(
         [
             sys.executable,
@@ -48,7 +48,7 @@ def serve(model: str, command: str) -> subprocess.Popen:
             "--port",
             str(free_port()),
             "--engine-start-timeout",
-            "120",
+            str(start_timeout),
         ],
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
@@ -68,6 +68,18 @@ def test_a_child_that_fails_fails_startup_with_its_last_lines(model_dir):
     assert proc.returncode != 0
     text = out.decode()
     assert "boom-line" in text and "exited with status 3" in text
+
+
+def test_a_start_timeout_says_what_the_engine_was_doing_and_how_to_fix_it(model_dir):
+    """A child that never says hello: the error names the stage, the child's last lines, and
+    vLLM's CPU thread binding (a busy core) with the variable that fixes it."""
+    proc = serve(model_dir, SLEEPER, start_timeout=3)
+    out, _ = proc.communicate(timeout=120)
+    text = out.decode()
+    assert proc.returncode != 0, text
+    assert "not ready within 3 s" in text and "had not said hello" in text, text
+    assert "child up" in text and "VLLM_CPU_OMP_THREADS_BIND=nobind" in text, text
+    assert "--engine-start-timeout" in text
 
 
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])

@@ -34,6 +34,7 @@ import zmq.asyncio
 
 from tokenwire.engine import REQUEST_FIELDS, EngineRequest, OutputCallback, RequestTimes
 from tokenwire.engine.vllm import protocol as wire
+from tokenwire.engine.vllm.launch import startup_timeout_message
 from tokenwire.messages.errors import CodecError, QueueFullError, ValidationError
 from tokenwire.messages.finish_reason import FinishReason
 from tokenwire.messages.frames import Decoded, encode_error_frame
@@ -436,8 +437,13 @@ class VllmEngine:
                 self._check_launcher()
                 if time.monotonic() > deadline:
                     raise TimeoutError(
-                        f"{len(waiting_ready)} of {len(self._cores)} vLLM engines did not become "
-                        f"ready within {cfg.ready_timeout:.0f} s"
+                        startup_timeout_message(
+                            cfg.ready_timeout,
+                            len(self._cores),
+                            len(waiting_hello),
+                            len(waiting_ready),
+                            cfg.launcher,
+                        )
                     )
                 if time.monotonic() > next_note:
                     next_note += 10
@@ -476,7 +482,15 @@ class VllmEngine:
         while waiting:
             self._check_launcher()
             if time.monotonic() > deadline:
-                raise TimeoutError(f"{len(waiting)} vLLM engine(s) never sent a ready response")
+                raise TimeoutError(
+                    startup_timeout_message(
+                        self.config.ready_timeout,
+                        len(self._cores),
+                        0,
+                        len(waiting),
+                        self.config.launcher,
+                    )
+                )
             if not await self._input.poll(500):
                 continue
             identity, *rest = await self._input.recv_multipart()

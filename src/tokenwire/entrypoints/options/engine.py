@@ -146,7 +146,9 @@ def _add_vllm_arguments(serve: argparse.ArgumentParser) -> None:
         "--engine-start-timeout",
         type=float,
         default=900.0,
-        help="seconds to wait for the engines to be ready (default: %(default)s)",
+        help="seconds to wait for the engines to be ready; on timeout the error says what they "
+        "were doing, with their last lines (on CPU, VLLM_CPU_OMP_THREADS_BIND=nobind keeps vLLM "
+        "from pinning an engine to a busy core) (default: %(default)s)",
     )
 
 
