@@ -79,6 +79,14 @@ def test_completion_streamed_and_not_over_the_engine_protocol(echo):
     assert chat.choices[0].finish_reason == "length" and chat.choices[0].message.content
 
 
+def test_version_is_the_engines_vllm_version(echo):
+    """vLLM's /version: the engine's version (its ready response says it), tokenwire's beside."""
+    from tokenwire import __version__
+
+    got = httpx.get(echo.url + "/version").json()
+    assert got == {"version": "0.32.0", "tokenwire_version": __version__}
+
+
 def test_stop_token_ids_and_eos_follow_vllms_finish_codes(echo):
     tok = real_tokenizer("default")
     ids = tok.encode("one two three four five")

@@ -213,6 +213,15 @@ class VllmEngine:
         return self._alive
 
     @property
+    def vllm_version(self) -> str | None:
+        """The engines' vLLM version, as their ready responses say (None before, or unsaid)."""
+        for core in self._cores:
+            version = core.ready.get("vllm_version")
+            if isinstance(version, str) and version:
+                return version
+        return None
+
+    @property
     def engines(self) -> list[dict[str, Any]]:
         """Each engine: rank, alive, requests in flight, KV cache capacity in tokens (from its
         ready response; None when it did not say)."""

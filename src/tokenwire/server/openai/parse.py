@@ -368,6 +368,7 @@ def parse_completion(
     stream, include_usage, continuous = _stream_flags(body)
     n = _n(body)
     extras = _openai_extras(body)
+    extras.setdefault("return_tokens_as_token_ids", features.return_tokens_as_token_ids)
     truncate = _truncation(body, tok)
     prompts = prompt_ids(
         body["prompt"],
@@ -429,6 +430,7 @@ def parse_chat(
     n = _n(body)
     check_choices(n)
     extras = _openai_extras(body)
+    extras.setdefault("return_tokens_as_token_ids", features.return_tokens_as_token_ids)
     truncate = _truncation(body, tok)
     add_special = flag(body, "add_special_tokens", False)
     if truncate is None:

@@ -1,0 +1,142 @@
+"""What vLLM's own API-server tests hold a server to (``scripts/vllm_api_tests.py`` runs them
+against stock vLLM and tokenwire), checked here on the synthetic engine: the keys vLLM always
+writes, ``--return-tokens-as-token-ids``, the error messages its tests match, ``/invocations``,
+``/detokenize``'s shape, logprob tokens and offsets as vLLM writes them, and beam search."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import httpx
+import pytest
+
+from tokenwire.engine.synthetic import SyntheticConfig
+from tokenwire.entrypoints.cli import build_parser
+from tokenwire.entrypoints.options.output import features as features_of
+from tokenwire.runtime import Features
+
+from served import MODEL, serve
+
+MESSAGES = [{"role": "user", "content": "hi"}]
+
+
+@pytest.fixture(scope="module")
+def server() -> Iterator[Any]:
+    with serve(SyntheticConfig(output="echo", step_time=0.0)) as s:
+        yield s
+
+
+@pytest.fixture(scope="module")
+def as_ids() -> Iterator[Any]:
+    args = build_parser().parse_args(["serve", "--return-tokens-as-token-ids"])
+    assert args.return_tokens_as_token_ids
+    with serve(SyntheticConfig(output="echo", step_time=0.0), features=features_of(args)) as s:
+        yield s
+
+
+def _post(s, path: str, body: dict[str, Any]) -> httpx.Response:
+    return httpx.post(s.url + path, json={"model": MODEL, **body}, timeout=30)
+
+
+def test_the_keys_vllm_always_writes_are_there_null_when_unused(server):
+    got = _post(server, "/v1/completions", {"prompt": "a b", "max_tokens": 2}).json()
+    choice = got["choices"][0]
+    for key in ("token_ids", "prompt_logprobs", "prompt_token_ids"):
+        assert key in choice and choice[key] is None, key
+    got = _post(server, "/v1/chat/completions", {"messages": MESSAGES, "max_tokens": 2}).json()
+    for key in ("prompt_logprobs", "prompt_token_ids", "prompt_text"):
+        assert key in got and got[key] is None, key
+    assert got["choices"][0]["token_ids"] is None
+    assert got["choices"][0]["message"]["refusal"] is None
+    # ... and filled when asked for
+    got = _post(
+        server, "/v1/completions", {"prompt": "a b", "max_tokens": 2, "return_token_ids": True}
+    ).json()
+    assert got["choices"][0]["token_ids"] and got["choices"][0]["prompt_token_ids"]
+    got = _post(
+        server,
+        "/v1/chat/completions",
+        {"messages": MESSAGES, "max_tokens": 2, "return_token_ids": True},
+    ).json()
+    assert got["prompt_token_ids"] and got["choices"][0]["token_ids"]
+
+
+def test_return_tokens_as_token_ids_server_flag(as_ids, server):
+    """The flag makes it the default; a request's own field says otherwise."""
+    body = {"prompt": "a b", "max_tokens": 2, "logprobs": 1}
+    tokens = _post(as_ids, "/v1/completions", body).json()["choices"][0]["logprobs"]["tokens"]
+    assert all(t.startswith("token_id:") for t in tokens) and tokens
+    off = _post(as_ids, "/v1/completions", body | {"return_tokens_as_token_ids": False}).json()
+    assert not any(t.startswith("token_id:") for t in off["choices"][0]["logprobs"]["tokens"])
+    chat = _post(
+        as_ids, "/v1/chat/completions", {"messages": MESSAGES, "max_tokens": 2, "logprobs": True}
+    ).json()
+    assert chat["choices"][0]["logprobs"]["content"][0]["token"].startswith("token_id:")
+    plain = _post(server, "/v1/completions", body).json()
+    assert not any(t.startswith("token_id:") for t in plain["choices"][0]["logprobs"]["tokens"])
+    assert Features().return_tokens_as_token_ids is False
+
+
+@pytest.mark.parametrize(
+    ("seed", "word"), [(-(2**63) - 1, "greater_than_equal"), (2**63, "less_than_equal")]
+)
+def test_an_out_of_range_seed_says_what_vllm_says(server, seed, word):
+    for path, body in (
+        ("/v1/chat/completions", {"messages": MESSAGES}),
+        ("/v1/completions", {"prompt": "x"}),
+    ):
+        got = _post(server, path, body | {"seed": seed})
+        assert got.status_code == 400
+        err = got.json()["error"]
+        assert word in err["message"] and err["param"] == "seed", err
+
+
+def test_out_of_vocabulary_stop_token_ids_name_the_vocabulary_size(server):
+    vocab = server.runtime.tokenizer.model_vocab_size
+    for path, body in (
+        ("/v1/chat/completions", {"messages": MESSAGES}),
+        ("/v1/completions", {"prompt": "x"}),
+    ):
+        got = _post(server, path, body | {"stop_token_ids": [10**7]})
+        assert got.status_code == 400
+        err = got.json()["error"]
+        assert f"Vocabulary size: {vocab}" in err["message"] and "out-of-vocab" in err["message"]
+        assert err["param"] == "stop_token_ids"
+
+
+def test_invocations_serves_chat_or_completions_by_the_body(server):
+    """SageMaker's route as vLLM serves it: the same answer as the route the body is for."""
+    chat = {"messages": MESSAGES, "max_tokens": 3, "temperature": 0}
+    a = _post(server, "/v1/chat/completions", chat).json()
+    b = _post(server, "/invocations", chat).json()
+    assert a.keys() == b.keys() and a["choices"] == b["choices"]
+    assert b["object"] == "chat.completion"
+    completion = {"prompt": "a b c", "max_tokens": 2}
+    b = _post(server, "/invocations", completion).json()
+    assert b["object"] == "text_completion"
+    assert b["choices"] == _post(server, "/v1/completions", completion).json()["choices"]
+    streamed = httpx.post(
+        server.url + "/invocations", json={"model": MODEL, **completion, "stream": True}
+    )
+    assert streamed.text.rstrip().endswith("data: [DONE]")
+    bad = httpx.post(server.url + "/invocations", content=b"{nope")
+    assert bad.status_code == 400 and "JSON" in bad.json()["error"]["message"]
+
+
+def test_detokenize_is_vllms_shape(server):
+    ids = server.runtime.tokenizer.encode("a b c")
+    assert httpx.post(server.url + "/detokenize", json={"tokens": ids}).json() == {
+        "prompt": "a b c"
+    }
+    sglang = httpx.post(server.url + "/v1/detokenize", json={"tokens": ids}).json()
+    assert sglang["text"] == "a b c"
+
+
+def test_a_custom_role_is_answered(server):
+    got = _post(
+        server,
+        "/v1/chat/completions",
+        {"messages": [{"role": "my-custom-role", "content": "hi"}], "max_tokens": 2},
+    )
+    assert got.status_code == 200, got.text
