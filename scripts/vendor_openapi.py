@@ -76,14 +76,20 @@ def _refs(node: Any, found: set[str]) -> None:
             _refs(v, found)
 
 
-def vendor(doc: dict[str, Any], source: str, digest: str) -> dict[str, Any]:
+def vendor(
+    doc: dict[str, Any],
+    source: str,
+    digest: str,
+    operations: list[tuple[str, str]] = OPERATIONS,
+    extra: list[str] = EXTRA_SCHEMAS,
+) -> dict[str, Any]:
     paths: dict[str, Any] = {}
-    for path, method in OPERATIONS:
+    for path, method in operations:
         op = _strip(doc["paths"][path][method])
         op.pop("tags", None)
         paths.setdefault(path, {})[method] = op
     schemas = doc["components"]["schemas"]
-    todo: set[str] = set(EXTRA_SCHEMAS)
+    todo: set[str] = set(extra)
     _refs(paths, todo)
     kept: dict[str, Any] = {}
     while todo:
@@ -96,7 +102,7 @@ def vendor(doc: dict[str, Any], source: str, digest: str) -> dict[str, Any]:
         todo |= found - kept.keys()
     return {
         "openapi": doc["openapi"],
-        "info": {"title": doc["info"]["title"], "version": doc["info"]["version"]},
+        "info": {"title": doc["info"]["title"], "version": doc["info"].get("version")},
         "x-tokenwire-source": {"document": source, "sha256": digest},
         "servers": [{"url": "/v1"}],
         "paths": paths,
@@ -111,9 +117,17 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("document", type=Path)
     ap.add_argument("--source", required=True, help="where the document came from")
+    ap.add_argument(
+        "--schemas",
+        default=None,
+        help="comma-separated schemas to keep (with what they reach) instead of the operations",
+    )
     args = ap.parse_args()
     digest = hashlib.sha256(args.document.read_bytes()).hexdigest()
-    out = vendor(_load(args.document), args.source, digest)
+    if args.schemas:  # (Anthropic's document: the Messages API's response objects)
+        out = vendor(_load(args.document), args.source, digest, [], args.schemas.split(","))
+    else:
+        out = vendor(_load(args.document), args.source, digest)
     json.dump(out, sys.stdout, indent=1, sort_keys=False, ensure_ascii=False)
     sys.stdout.write("\n")
 

@@ -10,30 +10,21 @@ conformance docs), pinned by a test of its own, and allowed for nothing else."""
 
 from __future__ import annotations
 
-import copy
-import json
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
 import schemathesis
 from hypothesis import HealthCheck, given, settings
-from jsonschema import Draft202012Validator
-from referencing import Registry, Resource
-from referencing.jsonschema import DRAFT202012
 from schemathesis.checks import not_a_server_error
 from schemathesis.specs.openapi.checks import response_schema_conformance
 
 from tokenwire.engine.synthetic import SyntheticConfig
 
 from api_echo import CALL, FEATURES, SCHEMA, THINK, sse_events
+from schema_check import Document
 from served import MODEL, serve
-
-SPEC_PATH = Path(__file__).parent / "conformance" / "openai-openapi.json"
-SPEC: dict[str, Any] = json.loads(SPEC_PATH.read_text())
-_URI = "urn:openai-openapi"
 
 #: tokenwire's knowing divergences from the document, each a (JSON pointer into the document,
 #: replacement) applied to the vendored document before validation, and each pinned by a test
@@ -84,66 +75,10 @@ DIVERGENCES: list[tuple[str, Any]] = [
 ]
 
 
-def _nullable(node: Any) -> Any:
-    """OpenAPI 3.0's ``nullable: true`` (which the document still uses beside 3.1's null type)
-    as JSON Schema: the schema, or null."""
-    if isinstance(node, dict):
-        node = {k: _nullable(v) for k, v in node.items()}
-        if node.pop("nullable", False) is True:
-            return {"anyOf": [node, {"type": "null"}]}
-        return node
-    if isinstance(node, list):
-        return [_nullable(v) for v in node]
-    return node
-
-
-def _patched(spec: dict[str, Any], divergences) -> dict[str, Any]:
-    out = copy.deepcopy(spec)
-    out["components"]["schemas"] = _nullable(out["components"]["schemas"])
-    for pointer, replacement in divergences:
-        node = out
-        *parents, last = (
-            p.replace("~1", "/").replace("~0", "~") for p in pointer.strip("/").split("/")
-        )
-        for part in parents:
-            node = node[int(part)] if isinstance(node, list) else node[part]
-        if isinstance(node, list):
-            node[int(last)] = replacement
-        else:
-            assert last in node, pointer  # a divergence from something the document says
-            node[last] = replacement
-    return out
-
-
-def _registry(spec: dict[str, Any]) -> Registry:
-    return Registry().with_resource(
-        _URI, Resource.from_contents(spec, default_specification=DRAFT202012)
-    )
-
-
-STRICT = _registry(_patched(SPEC, []))
-REGISTRY = _registry(_patched(SPEC, DIVERGENCES))
-
-
-def validator(name: str, registry: Registry = REGISTRY) -> Draft202012Validator:
-    return Draft202012Validator({"$ref": f"{_URI}#/components/schemas/{name}"}, registry=registry)
-
-
-def problems(name: str, body: Any, registry: Registry = REGISTRY) -> list[str]:
-    """Every way ``body`` breaks schema ``name`` (a path and a message each)."""
-    out = []
-    for err in validator(name, registry).iter_errors(body):
-        leaf = err
-        while leaf.context:  # anyOf/oneOf: the deepest reason is the useful one
-            leaf = min(leaf.context, key=lambda e: len(e.context))
-        where = "/".join(str(p) for p in leaf.absolute_path) or "(root)"
-        out.append(f"{name} at {where}: {leaf.message[:300]}")
-    return out
-
-
-def conforms(name: str, body: Any) -> None:
-    found = problems(name, body)
-    assert not found, "\n".join(found)
+OPENAI = Document("openai-openapi.json", DIVERGENCES)
+SPEC = OPENAI.raw
+problems = OPENAI.problems
+conforms = OPENAI.conforms
 
 
 def _event_schemas() -> dict[str, str]:
@@ -361,7 +296,7 @@ def test_errors_conform_but_for_the_integer_code(server, case):
     # string (OpenAI's own codes, such as model_not_found, stay strings); without it the body
     # would conform.
     code = got.json()["error"]["code"]
-    strict = problems("ErrorResponse", got.json(), STRICT)
+    strict = problems("ErrorResponse", got.json(), strict=True)
     if isinstance(code, int):
         assert code == status
         assert len(strict) == 1 and "code" in strict[0], strict
@@ -393,7 +328,7 @@ def test_the_divergences_are_needed():
         ],
     }
     assert problems("CreateCompletionResponse", chunk) == []
-    assert len(problems("CreateCompletionResponse", chunk, STRICT)) == 4
+    assert len(problems("CreateCompletionResponse", chunk, strict=True)) == 4
 
 
 # ---- schemathesis over the served operations -----------------------------------------------------
@@ -417,7 +352,7 @@ def test_schemathesis_no_server_errors_and_conforming_responses(fuzz_target, pat
     streaming off, since the document's streamed schemas are checked above): no 5xx, every
     documented response conforms. Refusals (4xx) are fine: the generator asks for much that
     a local server does not have (audio, files, web search)."""
-    schema = schemathesis.openapi.from_dict(_patched(SPEC, DIVERGENCES))
+    schema = schemathesis.openapi.from_dict(OPENAI.spec)
     operation = schema[path][method.upper()]
     strategy = operation.as_strategy()
     seen: list[int] = []
