@@ -140,3 +140,38 @@ def test_a_custom_role_is_answered(server):
         {"messages": [{"role": "my-custom-role", "content": "hi"}], "max_tokens": 2},
     )
     assert got.status_code == 200, got.text
+
+
+def test_logprob_tokens_inside_a_character_are_vllms(server):
+    """A token that is part of a UTF-8 character is "" at the same offset until the token that
+    completes the character, which carries it whole (vLLM's), in completions and chat; and each
+    position's top logprobs list the chosen token first."""
+    tok = server.runtime.tokenizer
+    text = "ok 👋🏽 你好"
+    ids = tok.encode(text)
+    assert any(tok.decode([i]).endswith("\ufffd") for i in ids)  # (the case is there)
+    body = {"prompt": ids, "max_tokens": 1, "echo": True, "logprobs": 1}
+    lp = _post(server, "/v1/completions", body).json()["choices"][0]["logprobs"]
+    prompt_tokens = lp["tokens"][: len(ids)]
+    assert "".join(prompt_tokens[1:]) == text[len(prompt_tokens[0]) :]
+    assert "" in prompt_tokens and not any("bytes:" in t for t in lp["tokens"])
+    offsets = lp["text_offset"]
+    assert offsets == [len("".join(lp["tokens"][:k])) for k in range(len(lp["tokens"]))]
+    for token, value, top in zip(
+        lp["tokens"][1:], lp["token_logprobs"][1:], lp["top_logprobs"][1:]
+    ):
+        assert next(iter(top.items())) == (token, value)
+    chat = _post(
+        server,
+        "/v1/chat/completions",
+        {
+            "messages": [{"role": "user", "content": text}],
+            "max_tokens": 12,
+            "logprobs": True,
+            "top_logprobs": 1,
+        },
+    ).json()
+    content = chat["choices"][0]["logprobs"]["content"]
+    assert any(e["token"] == "" and e["bytes"] == [] for e in content)
+    assert all(e["top_logprobs"][0]["token"] == e["token"] for e in content)
+    assert "👋🏽" in "".join(e["token"] for e in content)

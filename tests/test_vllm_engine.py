@@ -127,8 +127,22 @@ def test_logprobs_in_frames_of_their_own_read_as_the_inline_ones(echo):
             lp["tokens"][1:], lp["token_logprobs"][1:], lp["top_logprobs"][1:]
         ):
             assert top <= len(tops) <= top + 1
-            assert list(tops.values()) == sorted(tops.values(), reverse=True)
-            assert tops.get(token, value) == value and value <= 0
+            # vLLM's order: the chosen (or prompt) token first, then the top ones
+            first, *rest = tops.items()
+            assert first == (token, value) and value <= 0
+            assert [v for _, v in rest] == sorted((v for _, v in rest), reverse=True)
+
+
+def test_prompt_logprobs_rank_the_prompt_token_as_the_engine_says(echo):
+    """vLLM's prompt_logprobs: the prompt token first, with the rank the engine gave it."""
+    body = {"model": MODEL, "prompt": "one two three four", "max_tokens": 1, "prompt_logprobs": 1}
+    plp = httpx.post(echo.url + "/v1/completions", json=body).json()["choices"][0][
+        "prompt_logprobs"
+    ]
+    assert plp[0] is None and len(plp) > 2
+    for entry in plp[1:]:
+        first = next(iter(entry.values()))
+        assert isinstance(first["rank"], int) and first["rank"] >= 1, entry
 
 
 def test_a_stop_string_aborts_the_engine_request(echo):
