@@ -145,6 +145,59 @@ def test_prompt_logprobs_rank_the_prompt_token_as_the_engine_says(echo):
         assert isinstance(first["rank"], int) and first["rank"] >= 1, entry
 
 
+def test_vllms_engine_series_are_exported(echo):
+    """The vllm: families vLLM's frontend exports from its engines' outputs: step sizes,
+    preemptions, prefix cache queries and hits, the waiting requests by reason, the KV cache's
+    settings, cached and computed prompt tokens, and the _created samples."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    prompt = "one two three four five"
+    n_prompt = len(real_tokenizer("default").encode(prompt))
+    before = _samples(echo.url)
+    for _ in range(3):
+        httpx.post(
+            echo.url + "/v1/completions",
+            json={"model": MODEL, "prompt": prompt, "max_tokens": 4, "ignore_eos": True},
+        )
+    text = httpx.get(echo.url + "/metrics").text
+    after = _samples(echo.url)
+    names = {f.name for f in text_string_to_metric_families(text)}
+    for family in (
+        "vllm:iteration_tokens_total",
+        "vllm:num_preemptions",
+        "vllm:prefix_cache_queries",
+        "vllm:prefix_cache_hits",
+        "vllm:num_requests_waiting_by_reason",
+        "vllm:cache_config_info",
+        "vllm:prompt_tokens_cached",
+        "vllm:request_prefill_kv_computed_tokens",
+    ):
+        assert family in names, family
+    key = f'vllm:iteration_tokens_total_sum{{engine="0",model_name="{MODEL}"}}'
+    # each step's tokens: the prompts prefilled and every token made
+    assert after[key] - before.get(key, 0) >= 3 * (n_prompt + 4) - 3
+    queries = f'vllm:prefix_cache_queries_total{{engine="0",model_name="{MODEL}"}}'
+    assert after[queries] >= 3 * n_prompt
+    assert "vllm:time_to_first_token_seconds_created" in text
+    assert "vllm:num_preemptions_created" in text
+    info = [
+        s
+        for f in text_string_to_metric_families(text)
+        if f.name == "vllm:cache_config_info"
+        for s in f.samples
+    ]
+    assert info and info[0].labels["kv_cache_size_tokens"] not in ("", "None")
+
+
+def _samples(url: str) -> dict[str, float]:
+    out = {}
+    for line in httpx.get(url + "/metrics").text.splitlines():
+        if line and not line.startswith("#"):
+            name, _, value = line.rpartition(" ")
+            out[name] = float(value)
+    return out
+
+
 def test_a_stop_string_aborts_the_engine_request(echo):
     slow = "the end " * 300
     before = echo.engine.engines[0]["in_flight"]

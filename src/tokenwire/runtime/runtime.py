@@ -326,6 +326,10 @@ class Runtime:
         series.finished((fr.openai_finish_reason if fr is not None else None) or "unknown")
         series.request_prompt_tokens.observe(done.prompt_tokens)
         series.request_generation_tokens.observe(done.completion_tokens)
+        cached = max(done.cached_tokens, 0)
+        series.prefill_kv_computed.observe(max(done.prompt_tokens - cached, 0))
+        if cached:
+            series.prompt_tokens_cached.inc(cached)
         if times is not None:
             series.queue.observe(max(0.0, times.scheduled - times.queued))
             series.prefill.observe(max(0.0, times.first_token - times.scheduled))

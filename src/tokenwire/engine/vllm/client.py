@@ -35,6 +35,7 @@ import zmq.asyncio
 from tokenwire.engine import REQUEST_FIELDS, EngineRequest, OutputCallback, RequestTimes
 from tokenwire.engine.vllm import protocol as wire
 from tokenwire.engine.vllm.launch import startup_timeout_message
+from tokenwire.engine.vllm.stats import RankStats
 from tokenwire.messages.errors import CodecError, QueueFullError, ValidationError
 from tokenwire.messages.finish_reason import FinishReason
 from tokenwire.messages.frames import Decoded, encode_error_frame
@@ -194,6 +195,8 @@ class VllmEngine:
         #: Per request, by the engine's clock: [queued, scheduled, first token, last token, rank]
         #: (from its scheduler events and the steps' timestamps; 0.0: not known yet).
         self._times: dict[str, list[float]] = {}
+        #: Per engine rank: step tokens, preemptions, prefix cache counts (``/metrics``).
+        self.rank_stats: dict[int, RankStats] = {}
 
     # ---- Engine protocol -------------------------------------------------------------------------
 
@@ -211,6 +214,13 @@ class VllmEngine:
     @property
     def alive(self) -> bool:
         return self._alive
+
+    @property
+    def cache_config(self) -> dict[int, dict[str, str]]:
+        """Per rank, the KV cache's settings its ready response gave (``vllm:cache_config_info``'s
+        labels, as vLLM's frontend exports them)."""
+        keys = ("block_size", "num_gpu_blocks", "kv_cache_size_tokens", "kv_cache_max_concurrency")
+        return {c.rank: {k: str(c.ready.get(k)) for k in keys} for c in self._cores if c.ready}
 
     @property
     def vllm_version(self) -> str | None:
@@ -577,9 +587,10 @@ class VllmEngine:
                         if not core.healthy:
                             self._answers_again(core)
                     if msg.outputs:
+                        prefilled = 0
                         for o in msg.outputs:
                             if o.prefill_stats is not None:
-                                self._prefilled(o.request_id, o.prefill_stats)
+                                prefilled += self._prefilled(o.request_id, o.prefill_stats)
                         try:
                             batch = wire.to_batch(
                                 msg.outputs,
@@ -598,6 +609,9 @@ class VllmEngine:
                             self._forget(rid)
                         if msg.engine_index:
                             batch.decoded.engine = msg.engine_index
+                        self._rank_stats(msg.engine_index).step(
+                            prefilled + len(batch.decoded.token_ids)
+                        )
                         self._note_times(msg, batch.finished)
                         output(batch.decoded)
                         for rid, message in batch.errors:
@@ -797,10 +811,28 @@ class VllmEngine:
                 self._cached.pop(rid, None)
         return core
 
-    def _prefilled(self, rid: str, stats: Any) -> None:
-        cached = stats.get("num_cached_tokens") if isinstance(stats, dict) else None
+    def _prefilled(self, rid: str, stats: Any) -> int:
+        """A request's prefill stats (its first output): its cached tokens kept; the prompt
+        tokens the engine computed returned."""
+        if not isinstance(stats, dict):
+            return 0
+        cached = stats.get("num_cached_tokens")
         if isinstance(cached, int) and cached > 0 and rid in self._owner:
             self._cached[rid] = cached
+        computed = stats.get("num_computed_tokens")
+        return computed if isinstance(computed, int) and computed > 0 else 0
+
+    def _rank_stats(self, rank: int) -> RankStats:
+        got = self.rank_stats.get(rank)
+        if got is None:
+            got = self.rank_stats[rank] = RankStats()
+        return got
+
+    def fold_rank_stats(self) -> dict[int, RankStats]:
+        """Every rank's counters, with their pending scheduler stats folded in (a scrape)."""
+        for stats in self.rank_stats.values():
+            stats.fold(wire.decode_scheduler_stats)
+        return self.rank_stats
 
     @property
     def supports_lora(self) -> bool:
@@ -856,7 +888,9 @@ class VllmEngine:
             return
         at = msg.timestamp or time.monotonic()
         times = self._times
+        preempted = 0
         for out in timed:
+            preempted += wire.preemptions(out.events)
             queued, scheduled = wire.event_times(out.events)
             t = times.get(out.request_id)
             if t is None:
@@ -871,10 +905,15 @@ class VllmEngine:
             t = times.get(rid)
             if t is not None:
                 t[3] = at
+        if preempted:
+            self._rank_stats(msg.engine_index).preemptions += preempted
 
     def _stats(self, msg: wire.EngineCoreOutputs) -> None:
         """Keep a message's scheduler stats, undecoded until they are read."""
         self._stats_raw[msg.engine_index] = msg.scheduler_stats
+        self._rank_stats(msg.engine_index).scheduler_stats(
+            msg.scheduler_stats, wire.decode_scheduler_stats
+        )
         # An engine that does not stamp its messages: when they arrive (the API servers share
         # one host's monotonic clock).
         self.scheduler_stats_at[msg.engine_index] = msg.timestamp or time.monotonic()

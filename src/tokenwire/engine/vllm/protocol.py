@@ -542,6 +542,23 @@ EVENT_QUEUED = 1
 EVENT_SCHEDULED = 2
 
 
+#: ``EngineCoreEventType.PREEMPTED``.
+EVENT_PREEMPTED = 3
+
+
+def preemptions(events: Any) -> int:
+    """How many PREEMPTED events an output's ``events`` carry."""
+    n = 0
+    for event in events if isinstance(events, list) else ():
+        kind = (
+            event.get("type")
+            if isinstance(event, dict)
+            else (event[0] if isinstance(event, list) and event else None)
+        )
+        n += kind == EVENT_PREEMPTED
+    return n
+
+
 def event_times(events: Any) -> tuple[float, float]:
     """``(queued, scheduled)`` timestamps from an output's ``events`` (0.0 for one it does not
     carry; the first SCHEDULED counts, as vLLM ignores the rescheduling after a preemption)."""
