@@ -26,6 +26,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import time
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
@@ -102,7 +103,9 @@ def run(server: str, files: list[str], out: Path, paths: dict[str, str], keyword
             VLLM_API_LOGS=str(out / "logs"),
             VLLM_TARGET_DEVICE="cpu",
         )
-        xml = out / f"{server}.xml"
+        # (a run of some files or tests adds to the last whole run's results: see _results)
+        part = "" if files == FILES and not keyword else f"-{int(time.time())}"
+        xml = out / f"{server}{part}.xml"
         argv = [
             python, "-m", "pytest", *(f"tests/entrypoints/{f}" for f in files),
             "-p", "no:cacheprovider", "-q", "-rN", f"--junitxml={xml}",
@@ -114,11 +117,19 @@ def run(server: str, files: list[str], out: Path, paths: dict[str, str], keyword
         subprocess.run(argv, cwd=tmp, env=env)
 
 
-def _results(xml: Path) -> dict[str, tuple[str, str]]:
-    """test id -> (outcome, short message)."""
+def _results(out_dir: Path, server: str) -> dict[str, tuple[str, str]]:
+    """test id -> (outcome, short message), from the server's whole run and then its partial
+    runs, the later ones overriding."""
     out: dict[str, tuple[str, str]] = {}
-    if not xml.exists():
-        return out
+    runs = sorted(out_dir.glob(f"{server}-*.xml"), key=lambda p: p.stat().st_mtime)
+    whole = out_dir / f"{server}.xml"
+    for xml in [whole, *runs] if whole.exists() else runs:
+        out.update(_cases(xml))
+    return out
+
+
+def _cases(xml: Path) -> dict[str, tuple[str, str]]:
+    out: dict[str, tuple[str, str]] = {}
     for case in ET.parse(xml).getroot().iter("testcase"):
         name = f"{case.get('classname')}::{case.get('name')}"
         outcome, message = "passed", ""
@@ -132,7 +143,7 @@ def _results(xml: Path) -> dict[str, tuple[str, str]]:
 
 
 def table(out: Path, files: list[str]) -> str:
-    res = {s: _results(out / f"{s}.xml") for s in SERVERS}
+    res = {s: _results(out, s) for s in SERVERS}
     lines = [
         "| test file | tests | stock passed | tokenwire passed |",
         "|---|---|---|---|",
