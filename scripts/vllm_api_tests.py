@@ -46,7 +46,8 @@ FILES = [
     "serve/instrumentator/test_metrics.py",
     "serve/lora/test_lora_adapters.py",
 ]
-DEPS = ["pytest==8.4.2", "pytest-asyncio==1.2.0"]
+#: vLLM's own test requirements (requirements/test/cpu.txt of its 0.32.0 source).
+DEPS = ["pytest==9.1.0", "pytest-asyncio==1.4.0"]
 SERVERS = ("stock", "tokenwire")
 
 
@@ -109,7 +110,6 @@ def run(server: str, files: list[str], out: Path, paths: dict[str, str], keyword
         argv = [
             python, "-m", "pytest", *(f"tests/entrypoints/{f}" for f in files),
             "-p", "no:cacheprovider", "-q", "-rN", f"--junitxml={xml}",
-            "-o", "asyncio_mode=auto", "-o", "asyncio_default_fixture_loop_scope=module",
         ]  # fmt: skip
         if keyword:
             argv += ["-k", keyword]
@@ -179,7 +179,12 @@ def table(out: Path, files: list[str]) -> str:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--servers", default=",".join(SERVERS), help="stock,tokenwire or one")
+    ap.add_argument(
+        "--servers",
+        default=",".join(SERVERS),
+        help="stock,tokenwire or one (synthetic: tokenwire's synthetic engine, to check the "
+        "harness itself in seconds)",
+    )
     ap.add_argument("--out", type=Path, default=ROOT / ".vllm-api-tests", help="results folder")
     ap.add_argument("-k", dest="keyword", default=None, help="pytest -k over the tests")
     ap.add_argument("--files", default=None, help="comma-separated subset of the files")

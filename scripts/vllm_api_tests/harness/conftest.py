@@ -23,8 +23,12 @@ def _patch() -> None:
 
     get_tokenizer = vllm.tokenizers.get_tokenizer
 
-    def local_tokenizer(name, *args, **kwargs):
-        return get_tokenizer(_local(name), *args, **kwargs)
+    def local_tokenizer(*args, **kwargs):
+        if "tokenizer_name" in kwargs:
+            kwargs["tokenizer_name"] = _local(kwargs["tokenizer_name"])
+        elif args:
+            args = (_local(args[0]), *args[1:])
+        return get_tokenizer(*args, **kwargs)
 
     vllm.tokenizers.get_tokenizer = local_tokenizer
 

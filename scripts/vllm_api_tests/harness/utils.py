@@ -131,6 +131,9 @@ class RemoteOpenAIServer:
         where = ["--host", self.host, "--port", str(self.port)]
         if SERVER == "stock":
             argv = [VLLM, "serve", MODEL_DIR, *name, *args, *where]
+        elif SERVER == "synthetic":  # (the harness's own check: fast, no engine)
+            own = [a for a in _tokenwire_args(args) if not a.startswith("--vllm-arg")]
+            argv = [TOKENWIRE, "serve", "--tokenizer", MODEL_DIR, *name, *own, *where]
         else:
             argv = [
                 TOKENWIRE, "serve", "--engine", "vllm", "--model", MODEL_DIR,
