@@ -175,3 +175,24 @@ def test_logprob_tokens_inside_a_character_are_vllms(server):
     assert any(e["token"] == "" and e["bytes"] == [] for e in content)
     assert all(e["top_logprobs"][0]["token"] == e["token"] for e in content)
     assert "👋🏽" in "".join(e["token"] for e in content)
+
+
+def test_logprob_fields_as_vllm_reads_them(server):
+    """vLLM's request models read ``logprobs: "true"`` as true, and -1 as the whole vocabulary
+    (within --max-logprobs, which a spawned vLLM engine is given too)."""
+    from tokenwire.entrypoints.options.engine import vllm_engines
+
+    body = {"messages": MESSAGES, "max_tokens": 2, "logprobs": "true", "top_logprobs": 1}
+    got = _post(server, "/v1/chat/completions", body)
+    assert got.status_code == 200 and got.json()["choices"][0]["logprobs"]["content"]
+    got = _post(server, "/v1/chat/completions", body | {"logprobs": "maybe"})
+    assert got.status_code == 400 and got.json()["error"]["param"] == "logprobs"
+    got = _post(server, "/v1/chat/completions", body | {"top_logprobs": -1})
+    assert got.status_code == 400 and "max_logprobs" in got.json()["error"]["message"]
+    got = _post(server, "/v1/completions", {"prompt": "x", "prompt_logprobs": -1})
+    assert got.status_code == 400 and got.json()["error"]["param"] == "prompt_logprobs"
+    args = build_parser().parse_args(
+        ["serve", "--engine", "vllm", "--model", "m", "--max-logprobs", "151936"]
+    )
+    _, launcher = vllm_engines(args)
+    assert launcher.argv[-2:] == ["--max-logprobs", "151936"] or ("--max-logprobs" in launcher.argv)

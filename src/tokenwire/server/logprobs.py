@@ -268,12 +268,18 @@ class ChatLogprobs:
 # ---- request fields ------------------------------------------------------------------------------
 
 
-def _count(body: Any, key: str, limit: int) -> int | None:
+def _count(body: Any, key: str, limit: int, vocab: int | None = None) -> int | None:
+    """A logprob count field; vLLM's -1 is the whole vocabulary (``vocab``), within the limit."""
     value = body.get(key)
     if value is None:
         return None
+    if value == -1 and vocab is not None and not isinstance(value, bool):
+        value = vocab
     if not isinstance(value, int) or isinstance(value, bool) or value < 0:
-        raise ValidationError(f"{key} must be a non-negative integer, got {value!r}", param=key)
+        raise ValidationError(
+            f"{key} must be a non-negative integer (or -1: the whole vocabulary), got {value!r}",
+            param=key,
+        )
     if value > limit:
         raise ValidationError(
             f"{key}={value} is more than this server's max_logprobs ({limit}; "
@@ -284,7 +290,7 @@ def _count(body: Any, key: str, limit: int) -> int | None:
 
 
 def completion_logprobs_request(
-    body: Any, max_logprobs: int
+    body: Any, max_logprobs: int, vocab: int | None = None
 ) -> tuple[int | None, bool, int | None]:
     """``/v1/completions``: ``(logprobs, echo, prompt_logprobs)`` (vLLM's ``prompt_logprobs``,
     or ``logprobs`` for the echoed prompt)."""
@@ -292,30 +298,38 @@ def completion_logprobs_request(
         raise ValidationError(
             "top_logprobs is a chat field; completions take logprobs: N", param="top_logprobs"
         )
-    top = _count(body, "logprobs", max_logprobs)
+    top = _count(body, "logprobs", max_logprobs, vocab)
     echo = body.get("echo")
     if echo is not None and not isinstance(echo, bool):
         raise ValidationError(f"echo must be a boolean, got {echo!r}", param="echo")
-    prompt = _count(body, "prompt_logprobs", max_logprobs)
+    prompt = _count(body, "prompt_logprobs", max_logprobs, vocab)
     if echo and top is not None and prompt is None:
         prompt = top
     return top, bool(echo), prompt
 
 
-def chat_logprobs_request(body: Any, max_logprobs: int) -> tuple[int | None, int | None]:
+#: The strings a boolean field may be written as (vLLM's request models read them so).
+_BOOL_STRINGS = {"true": True, "false": False, "1": True, "0": False, "yes": True, "no": False}
+
+
+def chat_logprobs_request(
+    body: Any, max_logprobs: int, vocab: int | None = None
+) -> tuple[int | None, int | None]:
     """``/v1/chat/completions``: ``(top count or None, prompt_logprobs)`` from ``logprobs``
-    (a boolean) and ``top_logprobs``."""
+    (a boolean, or one written as a string as vLLM reads it) and ``top_logprobs``."""
     flag = body.get("logprobs")
+    if isinstance(flag, str) and flag.lower() in _BOOL_STRINGS:
+        flag = _BOOL_STRINGS[flag.lower()]
     if flag is not None and not isinstance(flag, bool):
         raise ValidationError(f"logprobs must be a boolean, got {flag!r}", param="logprobs")
     if body.get("echo") not in (None, False) and flag:
         raise ValidationError(
             "echo with logprobs is not supported for chat completions", param="echo"
         )
-    top = _count(body, "top_logprobs", max_logprobs)
+    top = _count(body, "top_logprobs", max_logprobs, vocab)
     if top and not flag:
         raise ValidationError("top_logprobs needs logprobs: true", param="top_logprobs")
-    prompt = _count(body, "prompt_logprobs", max_logprobs)
+    prompt = _count(body, "prompt_logprobs", max_logprobs, vocab)
     return ((top or 0) if flag else None), prompt
 
 

@@ -196,6 +196,9 @@ def vllm_engines(args: argparse.Namespace) -> tuple[str, Any]:
     extra = list(args.vllm_arg)
     if args.max_model_len is not None and "--max-model-len" not in extra:
         extra += ["--max-model-len", str(args.max_model_len)]
+    max_logprobs = getattr(args, "max_logprobs", 20)
+    if max_logprobs != 20 and "--max-logprobs" not in extra:  # (the engine computes them)
+        extra += ["--max-logprobs", str(max_logprobs)]
     detailed = getattr(args, "collect_detailed_traces", None)
     if detailed and "--collect-detailed-traces" not in extra:
         # vLLM's detailed traces are the engine's own spans: the engines get the endpoint too.

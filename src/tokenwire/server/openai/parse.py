@@ -381,7 +381,9 @@ def parse_completion(
     _truncate(prompts, truncate)
     params = _params(body, tok, prompts, DEFAULT_COMPLETION_MAX_TOKENS, "prompt", limits, features)
     grammar_field = _constrain(params, body, features)
-    top, echo, prompt_top = completion_logprobs_request(body, features.max_logprobs)
+    top, echo, prompt_top = completion_logprobs_request(
+        body, features.max_logprobs, tok.model_vocab_size
+    )
     params.logprobs, params.prompt_logprobs = top, prompt_top
     extras |= _engine_side(body, tok, features, params)
     extras["cached_details"] |= features.prompt_tokens_details
@@ -450,7 +452,9 @@ def parse_chat(
     prompts = [ids]
     params = _params(body, tok, prompts, None, "messages", limits, features)
     grammar_field = _constrain(params, body, features)
-    params.logprobs, params.prompt_logprobs = chat_logprobs_request(body, features.max_logprobs)
+    params.logprobs, params.prompt_logprobs = chat_logprobs_request(
+        body, features.max_logprobs, tok.model_vocab_size
+    )
     extras |= _engine_side(body, tok, features, params)
     extras["cached_details"] |= features.prompt_tokens_details
     _check_lora(lora, features)
