@@ -196,3 +196,48 @@ def test_logprob_fields_as_vllm_reads_them(server):
     )
     _, launcher = vllm_engines(args)
     assert launcher.argv[-2:] == ["--max-logprobs", "151936"] or ("--max-logprobs" in launcher.argv)
+
+
+@pytest.fixture(scope="module")
+def sampler() -> Iterator[Any]:
+    with serve(SyntheticConfig(output="random", step_time=0.0)) as s:
+        yield s
+
+
+@pytest.mark.parametrize("penalty", [1.0, 0.0, 2.0])
+def test_beam_search_in_the_frontend(sampler, penalty):
+    """vLLM's beam search over ordinary engine requests with logprobs: n beams, best first by
+    cumulative logprob over length ** length_penalty (the prompt counts in the length)."""
+    body = {"prompt": "a b c", "max_tokens": 4, "n": 3, "temperature": 0, "logprobs": 0}
+    body |= {"use_beam_search": True, "length_penalty": penalty}
+    got = _post(sampler, "/v1/completions", body)
+    assert got.status_code == 200, got.text
+    choices = got.json()["choices"]
+    assert [c["index"] for c in choices] == [0, 1, 2]
+    prompt_len = got.json()["usage"]["prompt_tokens"]
+    scores = []
+    for c in choices:
+        lps = c["logprobs"]["token_logprobs"]
+        assert c["finish_reason"] in ("length", "stop") and len(lps) <= 4
+        scores.append(sum(lps) / (prompt_len + len(lps)) ** penalty)
+    assert scores == sorted(scores, reverse=True)
+    texts = [c["text"] for c in choices]
+    assert len(set(texts)) == 3  # distinct beams
+    chat = _post(
+        sampler,
+        "/v1/chat/completions",
+        {"messages": MESSAGES, "max_tokens": 3, "n": 2, "use_beam_search": True},
+    )
+    assert chat.status_code == 200 and len(chat.json()["choices"]) == 2
+
+
+def test_beam_search_refuses_streaming_by_name(sampler):
+    body = {"prompt": "a", "max_tokens": 2, "n": 2, "use_beam_search": True, "stream": True}
+    got = _post(sampler, "/v1/completions", body)
+    assert got.status_code == 400
+    assert got.json()["error"]["message"] == "Streaming is not currently supported with beam search"
+    got = _post(sampler, "/v1/completions", body | {"stream": False, "length_penalty": "x"})
+    assert got.status_code == 400 and got.json()["error"]["param"] == "length_penalty"
+    # without use_beam_search, a length_penalty other than 1 is still refused by name
+    got = _post(sampler, "/v1/completions", {"prompt": "a", "length_penalty": 2.0})
+    assert got.status_code == 400 and got.json()["error"]["param"] == "length_penalty"

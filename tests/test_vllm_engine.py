@@ -198,6 +198,16 @@ def _samples(url: str) -> dict[str, float]:
     return out
 
 
+def test_beam_search_over_the_engine_protocol(echo):
+    """vLLM's beam search, run by tokenwire over the engine's ordinary requests with logprobs."""
+    body = {"model": MODEL, "prompt": "one two three", "max_tokens": 3, "n": 2}
+    got = httpx.post(echo.url + "/v1/completions", json=body | {"use_beam_search": True})
+    assert got.status_code == 200, got.text
+    choices = got.json()["choices"]
+    assert len(choices) == 2 and all(c["text"] for c in choices)
+    assert echo.engine.engines[0]["in_flight"] == 0
+
+
 def test_a_stop_string_aborts_the_engine_request(echo):
     slow = "the end " * 300
     before = echo.engine.engines[0]["in_flight"]

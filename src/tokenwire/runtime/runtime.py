@@ -256,6 +256,8 @@ class Runtime:
             raise QueueFullError("the engine is not running")
         if self.draining:
             raise QueueFullError("the server is shutting down")
+        if plan.beam is not None:  # (the frontend's beam search submits each step itself)
+            return []
         choices = plan.choices
         if len(self.shard) + choices > self.config.max_concurrent_requests:
             raise OverloadedError(

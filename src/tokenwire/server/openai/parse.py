@@ -46,6 +46,7 @@ from tokenwire.server.fields import (
     warn_unknown_fields,
 )
 from tokenwire.server.logprobs import chat_logprobs_request, completion_logprobs_request
+from tokenwire.server.openai.beam import BEAM_FIELDS, beam_request
 from tokenwire.server.openai.tools import forced_schema, output_spec
 from tokenwire.server.template_sandbox import brings_template, render_request_template
 from tokenwire.structured import STRUCTURED_FIELDS, structured_request
@@ -349,7 +350,10 @@ def _common(body: Any, model: str | ServedModels, keys: set[str]) -> tuple[str, 
     lora = lora_path(body, model) or lora
     warn_unknown_fields(body, keys)
     _check_defaults(body)
-    check_refused(body)
+    if body.get("use_beam_search") is True:  # (beam search: served, see beam.py)
+        check_refused({k: v for k, v in body.items() if k not in BEAM_FIELDS})
+    else:
+        check_refused(body)
     return name, lora
 
 
@@ -396,6 +400,7 @@ def parse_completion(
         stream,
         include_usage,
         name,
+        beam=beam_request(body, n, stream),
         continuous_usage=continuous,
         lora=lora,
         echo=_echo_texts(body["prompt"], prompts, tok) if echo else None,
@@ -489,6 +494,7 @@ def parse_chat(
         stream,
         include_usage,
         name,
+        beam=beam_request(body, n, stream),
         continuous_usage=continuous,
         lora=lora,
         output=spec,

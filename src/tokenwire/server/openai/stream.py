@@ -9,6 +9,7 @@ from tokenwire.messages.egress import Error, Frame
 from tokenwire.runtime import Plan, Runtime
 from tokenwire.server.http import SSE_DONE, sse
 from tokenwire.server.logprobs import ChoiceLogprobs, TokenStrings
+from tokenwire.server.openai.beam import beam_search
 from tokenwire.server.openai.chat_output import ChoiceOutput
 from tokenwire.server.openai.chunks import (
     ChunkWriter,
@@ -25,7 +26,10 @@ __all__ = ["OpenAIStreamer", "choice_logprobs", "collect_openai"]
 async def collect_openai(
     rt: Runtime, plan: Plan, subs: Subs, eos: tuple[int, ...]
 ) -> tuple[int, Any]:
-    got = await gather(rt, subs)
+    if plan.beam is not None:  # (vLLM's beam search, in the frontend)
+        got = await beam_search(rt, plan)
+    else:
+        got = await gather(rt, subs)
     if not isinstance(got, Gathered):
         return got
     choices = []
