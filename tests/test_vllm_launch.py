@@ -108,3 +108,15 @@ def test_a_killed_tokenwire_takes_its_child_along(model_dir):
     finally:
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
+
+
+def test_the_start_timeout_message_names_the_stage():
+    from tokenwire.engine.vllm.launch import VllmLauncher, startup_timeout_message
+
+    launcher = VllmLauncher("m", port=1)
+    launcher.tail.extend(["Loading weights", "Memory profiling takes 3 s"])
+    text = startup_timeout_message(900, 2, 0, 1, launcher)
+    assert "all 2 said hello but 1 did not become ready" in text
+    assert "loading the model" in text and "Memory profiling takes 3 s" in text
+    assert "VLLM_CPU_OMP_THREADS_BIND=nobind" in text
+    assert "had not said hello" in startup_timeout_message(5, 1, 1, 1, None)
