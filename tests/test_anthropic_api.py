@@ -284,7 +284,12 @@ def test_stop_reasons(server):
     assert (stopped.stop_reason, stopped.stop_sequence) == ("stop_sequence", "world")
     assert stopped.content[0].text == "Hello, "
     events = _stream(server.url, {"stop_sequences": ["world"], "messages": USER})
-    assert events[-2][1]["delta"] == {"stop_reason": "stop_sequence", "stop_sequence": "world"}
+    assert events[-2][1]["delta"] == {
+        "stop_reason": "stop_sequence",
+        "stop_sequence": "world",
+        "stop_details": None,
+        "container": None,
+    }
     # Thinking turned off: the template is told, and no thinking block is parsed.
     plain = client.messages.create(
         model=MODEL,

@@ -106,9 +106,10 @@ def test_decode_prompt_context(btok, fast):
     assert stream.decode_prompt_context([270, 271]) == ("", [])
 
 
+@pytest.mark.parametrize("padding", ["error", "empty"])
 @pytest.mark.parametrize("fast", PATHS)
-def test_generated_id_past_the_model_vocabulary_is_an_error(btok, fast):
-    stream = DecodeStream(btok, b("prompt"), fast=fast)
+def test_generated_id_past_the_model_vocabulary_is_an_error(btok, fast, padding):
+    stream = DecodeStream(btok, b("prompt"), fast=fast, padding=padding)
     assert stream.push_token(ord("a")) == "a"
     with pytest.raises(DecodeError, match=str(BYTE_MODEL_VOCAB)):
         stream.push_token(BYTE_MODEL_VOCAB)
@@ -120,10 +121,37 @@ def test_generated_id_past_the_model_vocabulary_is_an_error(btok, fast):
 
 
 @pytest.mark.parametrize("fast", PATHS)
-def test_generated_padding_id_decodes_as_nothing(btok, fast):
-    """An id below the model's vocabulary size that the tokenizer lacks is no text (vLLM's
-    answer), between characters or inside one, first or later."""
+def test_generated_padding_id_is_an_error_by_default(btok, fast):
+    """The seed's contract: a generated id the tokenizer cannot map raises, even one the model has
+    (a padding row), first or later, and the stream is left as it was."""
     stream = DecodeStream(btok, b("prompt"), fast=fast)
+    assert stream.padding == "error"
+    with pytest.raises(DecodeError, match=r"270.*padding='empty'"):
+        stream.push_token(270)  # before the prompt is taken in
+    assert stream.push_token(ord("a")) == "a"
+    e4, bd, a0 = b("你")
+    assert stream.push_token(e4) == ""
+    for bad in (270, BYTE_MODEL_VOCAB - 1):
+        with pytest.raises(DecodeError, match=str(bad)):
+            stream.push_token(bad)  # inside a character
+    assert [stream.push_token(i) for i in (bd, a0)] == ["", "你"]
+    assert stream.flush() == "" and stream.output == "a你"
+    # Prompt ids it cannot map are still only dropped from the context.
+    assert DecodeStream(btok, [*b("p"), 270], fast=fast).push_token(ord("x")) == "x"
+
+
+def test_padding_mode_is_checked(btok):
+    with pytest.raises(ValueError, match="padding"):
+        DecodeStream(btok, padding="skip")
+    stream = copy.copy(DecodeStream(btok, padding="empty"))
+    assert stream.padding == "empty" and stream.push_token(270) == ""
+
+
+@pytest.mark.parametrize("fast", PATHS)
+def test_generated_padding_id_decodes_as_nothing(btok, fast):
+    """With ``padding="empty"``, an id below the model's vocabulary size that the tokenizer lacks
+    is no text (vLLM's answer), between characters or inside one, first or later."""
+    stream = DecodeStream(btok, b("prompt"), fast=fast, padding="empty")
     assert [stream.push_token(i) for i in (270, *b("a"), BYTE_MODEL_VOCAB - 1)] == ["", "a", ""]
     e4, bd, a0 = b("你")
     assert [stream.push_token(i) for i in (e4, 270, bd, 299, a0)] == ["", "", "", "", "你"]
@@ -277,9 +305,17 @@ def test_seed_cases_on_real_tokenizers(name, fast):
     pieces, tail, _ = stream_all(tok, [*enc("Hi"), e4, bd, unk[1], unk[-1]], [a0], fast=fast)
     assert pieces == ["你"] and tail == ""
 
-    # a generated id the model has and the tokenizer lacks (a padding row) is no text, as vLLM
-    # decodes it, and leaves the stream as it was; one past the model's vocabulary is an error
+    # the seed's contract: a generated id the tokenizer cannot map raises by default, even one
+    # the model has (generated_unknown_ids_still_return_decode_error)
     stream = DecodeStream(tok, prompt, fast=fast)
+    with pytest.raises(DecodeError, match=str(tok.vocab_size + 5)):
+        stream.push_token(tok.vocab_size + 5)
+    assert stream.push_tokens(gen) + stream.flush() == expected_delta(tok, prompt, gen, True)
+
+    # with padding="empty", a generated id the model has and the tokenizer lacks (a padding row)
+    # is no text, as vLLM decodes it, and leaves the stream as it was; one past the model's
+    # vocabulary is an error
+    stream = DecodeStream(tok, prompt, fast=fast, padding="empty")
     stream.push_tokens(gen[:3])
     assert stream.push_token(unk[5]) == "" and stream.push_token(unk[-1]) == ""
     with pytest.raises(DecodeError, match=str(tok.model_vocab_size)):
@@ -288,7 +324,7 @@ def test_seed_cases_on_real_tokenizers(name, fast):
         tok, prompt + gen[:3], gen[3:], True
     )
     # ... also as the first generated id (before the prompt is taken in) and inside a character
-    stream = DecodeStream(tok, [*enc("Hi"), e4], fast=fast)
+    stream = DecodeStream(tok, [*enc("Hi"), e4], fast=fast, padding="empty")
     assert stream.push_token(unk[0]) == "" and stream.push_token(bd) == ""
     assert stream.push_token(unk[1]) == "" and stream.push_token(a0) == "你"
 

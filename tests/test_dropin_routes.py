@@ -170,6 +170,21 @@ def test_several_served_names():
             assert httpx.post(url + "/v1/completions", json=body).json()["model"] == echoed
         got = httpx.post(url + "/v1/completions", json={"model": "nope", "prompt": "x"})
         assert got.status_code == 404 and got.json()["error"]["code"] == "model_not_found"
+        # every API answers to every served name, as stock vLLM does (the Agents SDK's usual
+        # slash-free alias on its default API, the Responses API)
+        for name in ("alias", "other"):
+            got = httpx.post(
+                url + "/v1/responses", json={"model": name, "input": "x", "max_output_tokens": 1}
+            )
+            assert got.status_code == 200 and got.json()["model"] == name, got.text
+            body = {"model": name, "max_tokens": 1, "messages": CHAT}
+            got = httpx.post(url + "/v1/messages", json=body)
+            assert got.status_code == 200 and got.json()["model"] == name, got.text
+            got = httpx.post(url + "/v1/messages/count_tokens", json=body)
+            assert got.status_code == 200 and got.json()["input_tokens"] > 0, got.text
+        for path in ("/v1/responses", "/v1/messages", "/v1/messages/count_tokens"):
+            body = {"model": "nope", "input": "x", "max_tokens": 1, "messages": CHAT}
+            assert httpx.post(url + path, json=body).status_code == 404, path
 
 
 def test_lora_adapters_are_models():
@@ -194,6 +209,8 @@ def test_lora_adapters_are_models():
                 "/v1/chat/completions",
                 {"model": "sql", "messages": [{"role": "user", "content": "x"}]},
             ),
+            ("/v1/responses", {"model": "sql", "input": "x"}),
+            ("/v1/messages", {"model": "sql", "messages": CHAT}),
             ("/v1/completions", {"model": f"{MODEL}:sql", "prompt": "x"}),  # SGLang's form
             ("/v1/completions", {"prompt": "x", "lora_path": "sql"}),
             ("/generate", {"text": "x", "lora_path": "sql"}),

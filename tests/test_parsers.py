@@ -174,9 +174,13 @@ def test_unreadable_calls_stay_content(name: str, text: str) -> None:
 
 @pytest.mark.parametrize("function", [None, "f"])
 @pytest.mark.parametrize("text", [_DEEP, '{"a": NaN}', '{"x": 1e999}', f'{{"n": {_LONG_INT}}}'])
-def test_forced_output_that_is_no_readable_json_stays_content(function, text) -> None:
+def test_forced_output_that_is_no_readable_json_is_nothing(function, text) -> None:
+    """Forced output that is not calls (cut by max_tokens, or unreadable) gives no content and no
+    calls, as vLLM answers; the finish reason says why."""
     content, calls = ForcedToolParser(function, make_id=_ids).parse(text)
-    assert (content, calls) == (text, [])
+    assert (content, calls) == ("", [])
+    cut = '[{"name": "get'
+    assert ForcedToolParser(function, make_id=_ids).parse(cut) == ("", [])
 
 
 @pytest.mark.parametrize(("name", "k"), TOOL_PARAMS)

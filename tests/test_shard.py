@@ -184,7 +184,7 @@ def test_eos_and_stop_token_ids(skip, no_trim):
 def test_decode_error_ends_only_that_request():
     tok = byte_tokenizer()
     aborted: list[str] = []
-    shard = DetokShard(aborted.append)
+    shard = DetokShard(aborted.append, padding="empty")  # the server's choice
     sinks = {r: EgressSink() for r in ("a", "b")}
     for r, s in sinks.items():
         shard.register(r, s, tok, b("p"), SamplingParams().normalize(tok))
@@ -200,6 +200,27 @@ def test_decode_error_ends_only_that_request():
     b_items = sinks["b"].drain()
     assert "".join(i.event.text for i in b_items) == "yz!" and isinstance(b_items[-1], Done)
     assert len(shard) == 0 and shard.live_slots == 0
+
+
+def test_padding_id_is_an_error_unless_the_shard_says_empty():
+    """``DetokShard`` keeps ``DecodeStream``'s strict default; the server's runtime asks for
+    ``padding="empty"`` (stock vLLM's output)."""
+    from tokenwire.engine.synthetic import SyntheticEngine
+    from tokenwire.runtime import Runtime
+    from tokenwire.server import ServerConfig
+
+    tok = byte_tokenizer()
+    aborted: list[str] = []
+    shard = DetokShard(aborted.append)
+    sink = EgressSink()
+    shard.register("a", sink, tok, b("p"), SamplingParams().normalize(tok))
+    shard.on_frame(frame([("a", b("x"), None)]))
+    shard.on_frame(frame([("a", [290], None)]))
+    items = sink.drain()
+    assert isinstance(items[-1], Error) and "padding" in str(items[-1].error)
+    assert aborted == ["a"] and len(shard) == 0
+    runtime = Runtime(tok, SyntheticEngine(tok), ServerConfig())
+    assert runtime.shard.padding == "empty"
 
 
 def test_malformed_frame_and_unknown_rids():

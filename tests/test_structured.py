@@ -360,9 +360,104 @@ def test_tool_choice_required_and_named_with_an_engine_that_constrains(monkeypat
             for tc in chunk.choices[0].delta.tool_calls or []:
                 args += tc.function.arguments or ""
         assert args == '{"city": "巴黎"}'
-        with pytest.raises(openai.BadRequestError) as exc:
-            chat("{}", "required", response_format={"type": "json_object"})
-        assert exc.value.body["param"] == "tool_choice"
+        # With response_format too, the tool constraint wins (stock vLLM and OpenAI answer 200;
+        # the Agents SDK sends both with output_type and tool_choice="required")
+        text = '[{"name": "get_weather", "parameters": {"city": "Paris"}}]'
+        for rf in ({"type": "json_object"}, RF):
+            r = chat(text, "required", response_format=rf)
+            assert json.loads(s.engine.seen[-1].json_schema) == required_schema(TOOLS)
+            assert s.engine.seen[-1].regex is None
+            (call,) = r.choices[0].message.tool_calls
+            assert call.function.name == "get_weather"
+        r = chat('{"city": "Oslo"}', named, response_format=RF)
+        assert json.loads(s.engine.seen[-1].json_schema) == TOOLS[0]["function"]["parameters"]
+        assert r.choices[0].message.tool_calls[0].function.arguments == '{"city": "Oslo"}'
+        # Responses: text.format with a forced function tool
+        tool = {"type": "function", **TOOLS[0]["function"]}
+        got = httpx.post(
+            s.url + "/v1/responses",
+            json={
+                "model": MODEL,
+                "input": text + END,
+                "tools": [tool],
+                "tool_choice": "required",
+                "text": {"format": {"type": "json_schema", "name": "w", "schema": SCHEMA}},
+                "max_output_tokens": 100,
+            },
+        )
+        assert got.status_code == 200, got.text
+        assert json.loads(s.engine.seen[-1].json_schema) == required_schema(TOOLS)
+        calls = [o for o in got.json()["output"] if o["type"] == "function_call"]
+        assert [c["name"] for c in calls] == ["get_weather"]
+
+
+class _CutShort(_Constraining):
+    """Says it constrains, but decodes as an unconstrained model would (the synthetic engine's
+    own constrained decoding always finishes its JSON within ``max_tokens``): the echo engine's
+    output is then the prompt's first ``max_tokens`` tokens, a call cut short."""
+
+    def submit(self, request) -> None:
+        request.params.json_schema = None
+        super().submit(request)
+
+
+def test_a_forced_tool_call_cut_by_max_tokens_is_no_content_and_no_calls(monkeypatch) -> None:
+    """vLLM's answer: the fragment is not the answer; finish reason length says why (chat,
+    streamed chat, Messages, Responses)."""
+    from test_server_tools import END, TOOLS
+    from tokenwire.runtime import Features
+
+    import test_server_e2e
+
+    monkeypatch.setattr(test_server_e2e, "SyntheticEngine", _CutShort)
+    features = Features(chat_template="{{ messages[-1]['content'] }}")
+    text = '[{"name": "get_weather", "parameters": {"city": "Paris"}}]' + END
+    named = {"type": "function", "function": {"name": "get_weather"}}
+    with serve(SyntheticConfig(output="echo"), features=features) as s:
+        for choice in ("required", named):
+            kw = {
+                "model": MODEL,
+                "messages": [{"role": "user", "content": text}],
+                "tools": TOOLS,
+                "tool_choice": choice,
+                "max_tokens": 4,
+            }
+            r = s.client.chat.completions.create(**kw)
+            assert r.choices[0].finish_reason == "length"
+            assert not r.choices[0].message.content and not r.choices[0].message.tool_calls
+            chunks = list(s.client.chat.completions.create(**kw, stream=True))
+            deltas = [c.choices[0].delta for c in chunks if c.choices]
+            assert not "".join(d.content or "" for d in deltas)
+            assert not any(d.tool_calls for d in deltas)
+            assert chunks[-1].choices[0].finish_reason == "length"
+        tool = {"name": "get_weather", "input_schema": TOOLS[0]["function"]["parameters"]}
+        got = httpx.post(
+            s.url + "/v1/messages",
+            json={
+                "model": MODEL,
+                "max_tokens": 4,
+                "messages": [{"role": "user", "content": text}],
+                "tools": [tool],
+                "tool_choice": {"type": "any"},
+            },
+        ).json()
+        assert got["stop_reason"] == "max_tokens", got
+        assert not [b for b in got["content"] if b.get("text") or b["type"] == "tool_use"], got
+        got = httpx.post(
+            s.url + "/v1/responses",
+            json={
+                "model": MODEL,
+                "input": text,
+                "tools": [{"type": "function", **TOOLS[0]["function"]}],
+                "tool_choice": "required",
+                "max_output_tokens": 4,
+            },
+        ).json()
+        assert got["status"] == "incomplete", got
+        assert got["incomplete_details"] == {"reason": "max_output_tokens"}
+        kinds = [(o["type"], c.get("text")) for o in got["output"] for c in o.get("content") or []]
+        assert not [o for o in got["output"] if o["type"] == "function_call"], got
+        assert not [t for _, t in kinds if t], got
 
 
 def test_langchain_with_structured_output() -> None:

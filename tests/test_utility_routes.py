@@ -52,14 +52,16 @@ def test_tokenize_a_prompt_and_a_chat(tok):
 def test_detokenize(tok):
     ids = tok.encode("<|im_start|>user\nHi ✓", add_special_tokens=False)
     text = "<|im_start|>user\nHi ✓"
-    assert utility.detokenize({"tokens": ids}, tok, "m") == {"prompt": text, "text": text}
+    assert utility.detokenize({"tokens": ids}, tok, "m") == {"prompt": text}  # vLLM's shape
     # a model row past the tokenizer (a padding id) has no text, as in generated output
-    assert utility.detokenize({"tokens": [*ids, 151935]}, tok, "m")["text"] == text
+    assert utility.detokenize({"tokens": [*ids, 151935]}, tok, "m")["prompt"] == text
     # SGLang's /v1/detokenize: special tokens skipped by default, batches of id lists
-    got = utility.detokenize({"tokens": [ids, ids[-2:]]}, tok, "m", skip_special=True)
+    got = utility.detokenize(
+        {"tokens": [ids, ids[-2:]]}, tok, "m", skip_special=True, keys=("text",)
+    )
     assert got["text"] == ["user\nHi ✓", tok.decode(ids[-2:])]
     got = utility.detokenize(
-        {"tokens": ids, "skip_special_tokens": False}, tok, "m", skip_special=True
+        {"tokens": ids, "skip_special_tokens": False}, tok, "m", skip_special=True, keys=("text",)
     )
     assert got["text"] == text
     with pytest.raises(ValidationError, match="out of range"):
@@ -79,7 +81,10 @@ def test_parse_abort():
 
 def test_info_routes_over_http():
     with serve(SyntheticConfig(output="echo", step_time=0.0)) as s:
-        assert httpx.get(s.url + "/version").json() == {"version": __version__}
+        assert httpx.get(s.url + "/version").json() == {
+            "version": __version__,  # (vLLM's version when the engine is vLLM)
+            "tokenwire_version": __version__,
+        }
         for method in ("GET", "POST"):
             assert httpx.request(method, s.url + "/ping").status_code == 200
         info = httpx.get(s.url + "/get_model_info").json()
@@ -90,7 +95,7 @@ def test_info_routes_over_http():
         r = httpx.post(s.url + "/tokenize", json={"model": MODEL, "prompt": "a b c"})
         assert r.json()["tokens"] == s.tok.encode("a b c")
         r = httpx.post(s.url + "/detokenize", json={"model": MODEL, "tokens": r.json()["tokens"]})
-        assert r.json() == {"prompt": "a b c", "text": "a b c"}
+        assert r.json() == {"prompt": "a b c"}  # vLLM's shape (SGLang's /v1/detokenize: text)
         r = httpx.post(s.url + "/detokenize", json={"model": "nope", "tokens": [1]})
         assert r.status_code == 404 and r.json()["error"]["code"] == "model_not_found"
 

@@ -79,6 +79,14 @@ def test_completion_streamed_and_not_over_the_engine_protocol(echo):
     assert chat.choices[0].finish_reason == "length" and chat.choices[0].message.content
 
 
+def test_version_is_the_engines_vllm_version(echo):
+    """vLLM's /version: the engine's version (its ready response says it), tokenwire's beside."""
+    from tokenwire import __version__
+
+    got = httpx.get(echo.url + "/version").json()
+    assert got == {"version": "0.32.0", "tokenwire_version": __version__}
+
+
 def test_stop_token_ids_and_eos_follow_vllms_finish_codes(echo):
     tok = real_tokenizer("default")
     ids = tok.encode("one two three four five")
@@ -119,8 +127,85 @@ def test_logprobs_in_frames_of_their_own_read_as_the_inline_ones(echo):
             lp["tokens"][1:], lp["token_logprobs"][1:], lp["top_logprobs"][1:]
         ):
             assert top <= len(tops) <= top + 1
-            assert list(tops.values()) == sorted(tops.values(), reverse=True)
-            assert tops.get(token, value) == value and value <= 0
+            # vLLM's order: the chosen (or prompt) token first, then the top ones
+            first, *rest = tops.items()
+            assert first == (token, value) and value <= 0
+            assert [v for _, v in rest] == sorted((v for _, v in rest), reverse=True)
+
+
+def test_prompt_logprobs_rank_the_prompt_token_as_the_engine_says(echo):
+    """vLLM's prompt_logprobs: the prompt token first, with the rank the engine gave it."""
+    body = {"model": MODEL, "prompt": "one two three four", "max_tokens": 1, "prompt_logprobs": 1}
+    plp = httpx.post(echo.url + "/v1/completions", json=body).json()["choices"][0][
+        "prompt_logprobs"
+    ]
+    assert plp[0] is None and len(plp) > 2
+    for entry in plp[1:]:
+        first = next(iter(entry.values()))
+        assert isinstance(first["rank"], int) and first["rank"] >= 1, entry
+
+
+def test_vllms_engine_series_are_exported(echo):
+    """The vllm: families vLLM's frontend exports from its engines' outputs: step sizes,
+    preemptions, prefix cache queries and hits, the waiting requests by reason, the KV cache's
+    settings, cached and computed prompt tokens, and the _created samples."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    prompt = "one two three four five"
+    n_prompt = len(real_tokenizer("default").encode(prompt))
+    before = _samples(echo.url)
+    for _ in range(3):
+        httpx.post(
+            echo.url + "/v1/completions",
+            json={"model": MODEL, "prompt": prompt, "max_tokens": 4, "ignore_eos": True},
+        )
+    text = httpx.get(echo.url + "/metrics").text
+    after = _samples(echo.url)
+    names = {f.name for f in text_string_to_metric_families(text)}
+    for family in (
+        "vllm:iteration_tokens_total",
+        "vllm:num_preemptions",
+        "vllm:prefix_cache_queries",
+        "vllm:prefix_cache_hits",
+        "vllm:num_requests_waiting_by_reason",
+        "vllm:cache_config_info",
+        "vllm:prompt_tokens_cached",
+        "vllm:request_prefill_kv_computed_tokens",
+    ):
+        assert family in names, family
+    key = f'vllm:iteration_tokens_total_sum{{engine="0",model_name="{MODEL}"}}'
+    # each step's tokens: the prompts prefilled and every token made
+    assert after[key] - before.get(key, 0) >= 3 * (n_prompt + 4) - 3
+    queries = f'vllm:prefix_cache_queries_total{{engine="0",model_name="{MODEL}"}}'
+    assert after[queries] >= 3 * n_prompt
+    assert "vllm:time_to_first_token_seconds_created" in text
+    assert "vllm:num_preemptions_created" in text
+    info = [
+        s
+        for f in text_string_to_metric_families(text)
+        if f.name == "vllm:cache_config_info"
+        for s in f.samples
+    ]
+    assert info and info[0].labels["kv_cache_size_tokens"] not in ("", "None")
+
+
+def _samples(url: str) -> dict[str, float]:
+    out = {}
+    for line in httpx.get(url + "/metrics").text.splitlines():
+        if line and not line.startswith("#"):
+            name, _, value = line.rpartition(" ")
+            out[name] = float(value)
+    return out
+
+
+def test_beam_search_over_the_engine_protocol(echo):
+    """vLLM's beam search, run by tokenwire over the engine's ordinary requests with logprobs."""
+    body = {"model": MODEL, "prompt": "one two three", "max_tokens": 3, "n": 2}
+    got = httpx.post(echo.url + "/v1/completions", json=body | {"use_beam_search": True})
+    assert got.status_code == 200, got.text
+    choices = got.json()["choices"]
+    assert len(choices) == 2 and all(c["text"] for c in choices)
+    assert echo.engine.engines[0]["in_flight"] == 0
 
 
 def test_a_stop_string_aborts_the_engine_request(echo):

@@ -32,7 +32,7 @@ def model_dir(tmp_path_factory) -> str:
     return str(out)
 
 
-def serve(model: str, command: str) -> subprocess.Popen:
+def serve(model: str, command: str, start_timeout: float = 120) -> subprocess.Popen:
     return subprocess.Popen(
         [
             sys.executable,
@@ -48,7 +48,7 @@ def serve(model: str, command: str) -> subprocess.Popen:
             "--port",
             str(free_port()),
             "--engine-start-timeout",
-            "120",
+            str(start_timeout),
         ],
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
@@ -68,6 +68,18 @@ def test_a_child_that_fails_fails_startup_with_its_last_lines(model_dir):
     assert proc.returncode != 0
     text = out.decode()
     assert "boom-line" in text and "exited with status 3" in text
+
+
+def test_a_start_timeout_says_what_the_engine_was_doing_and_how_to_fix_it(model_dir):
+    """A child that never says hello: the error names the stage, the child's last lines, and
+    vLLM's CPU thread binding (a busy core) with the variable that fixes it."""
+    proc = serve(model_dir, SLEEPER, start_timeout=3)
+    out, _ = proc.communicate(timeout=120)
+    text = out.decode()
+    assert proc.returncode != 0, text
+    assert "not ready within 3 s" in text and "had not said hello" in text, text
+    assert "child up" in text and "VLLM_CPU_OMP_THREADS_BIND=nobind" in text, text
+    assert "--engine-start-timeout" in text
 
 
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
@@ -96,3 +108,15 @@ def test_a_killed_tokenwire_takes_its_child_along(model_dir):
     finally:
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
+
+
+def test_the_start_timeout_message_names_the_stage():
+    from tokenwire.engine.vllm.launch import VllmLauncher, startup_timeout_message
+
+    launcher = VllmLauncher("m", port=1)
+    launcher.tail.extend(["Loading weights", "Memory profiling takes 3 s"])
+    text = startup_timeout_message(900, 2, 0, 1, launcher)
+    assert "all 2 said hello but 1 did not become ready" in text
+    assert "loading the model" in text and "Memory profiling takes 3 s" in text
+    assert "VLLM_CPU_OMP_THREADS_BIND=nobind" in text
+    assert "had not said hello" in startup_timeout_message(5, 1, 1, 1, None)

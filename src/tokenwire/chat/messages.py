@@ -11,7 +11,8 @@ from tokenwire.messages.errors import ValidationError
 
 __all__ = ["ROLES", "check_tools", "normalize_messages", "template_roles"]
 
-#: The roles a message may have (OpenAI's, and the older ``function``).
+#: OpenAI's roles (and the older ``function``). Any other role a message names (vLLM's custom
+#: roles, such as ``my-custom-role``) goes to the chat template as it is, as vLLM passes it.
 ROLES = frozenset({"system", "user", "assistant", "tool", "developer", "function"})
 
 
@@ -89,9 +90,10 @@ def normalize_messages(messages: Any, *, roles: frozenset[str] | None = None) ->
         if not isinstance(msg, dict):
             raise ValidationError(f"{where} must be an object", param="messages")
         role = msg.get("role")
-        if not isinstance(role, str) or role not in ROLES:
+        if not isinstance(role, str) or not role:
             raise ValidationError(
-                f"{where}.role must be one of {', '.join(sorted(ROLES))}, got {role!r}",
+                f"{where}.role must be a non-empty string (one of {', '.join(sorted(ROLES))}, "
+                f"or a role of the chat template's own), got {role!r:.60}",
                 param="messages",
             )
         for key in ("name", "tool_call_id"):

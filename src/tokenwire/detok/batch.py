@@ -42,10 +42,17 @@ class DecodeBatch:
     """
 
     def __init__(
-        self, tokenizer: Tokenizer, *, skip_special_tokens: bool = True, fast: bool | None = None
+        self,
+        tokenizer: Tokenizer,
+        *,
+        skip_special_tokens: bool = True,
+        fast: bool | None = None,
+        padding: str = "error",
     ) -> None:
         self.tokenizer = tokenizer
         self.skip_special_tokens = skip_special_tokens
+        #: What a generated padding id does in each stream (``DecodeStream``'s ``padding``).
+        self.padding = padding
         table = decode_table(tokenizer, skip_special_tokens) if fast is not False else None
         self._table = table
         self._streams: list[DecodeStream | None] = []
@@ -72,6 +79,7 @@ class DecodeBatch:
             prompt_token_ids,
             skip_special_tokens=self.skip_special_tokens,
             fast=self._table is not None,
+            padding=self.padding,
         )
         if self._free:
             slot = self._free.pop()

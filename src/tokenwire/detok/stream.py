@@ -21,7 +21,12 @@ from tokenwire.messages.errors import DecodeError
 if TYPE_CHECKING:
     from tokenwire.tokenizer import Tokenizer
 
-__all__ = ["MAX_HOLD_TOKENS", "SAFE_SUFFIX_MAX", "SAFE_SUFFIX_MIN", "DecodeStream"]
+__all__ = ["MAX_HOLD_TOKENS", "PADDING_MODES", "SAFE_SUFFIX_MAX", "SAFE_SUFFIX_MIN", "DecodeStream"]
+
+#: What a generated id the tokenizer cannot map but the model has (a padding row of the embedding,
+#: ``[vocab_size, model_vocab_size)``) does: ``"error"`` raises ``DecodeError`` (the default, as
+#: for any id the tokenizer cannot map), ``"empty"`` decodes it as no text (vLLM's answer).
+PADDING_MODES = ("error", "empty")
 
 #: Fewest prompt tokens (after dropping the ones that cannot be decoded) used as left context.
 SAFE_SUFFIX_MIN = 4
@@ -58,15 +63,25 @@ def _unknown_id(token_id: int, model_vocab_size: int) -> DecodeError:
     )
 
 
+def _padding_id(token_id: int) -> DecodeError:
+    return DecodeError(
+        f"generated token id {token_id} is in the model's vocabulary but the tokenizer cannot "
+        "map it (a padding row; padding='empty' decodes such ids as no text)"
+    )
+
+
 class DecodeStream:
     """Incremental detokenizer for one request.
 
     ``push_token(id)`` returns the text that token completes (``""`` while a character is still
     partial), ``flush()`` whatever is held at the end of the stream. Concatenated, the pieces equal
     ``tokenizer.decode(prompt + generated)`` minus the decoded prompt. Prompt ids the tokenizer
-    cannot map are dropped from the context. A generated id below the model's vocabulary size that
-    the tokenizer lacks (a model's padding rows, which random or untrained weights sample) decodes
-    as nothing, as vLLM decodes it; one past the model's vocabulary raises ``DecodeError``.
+    cannot map are dropped from the context; a generated id it cannot map raises ``DecodeError``
+    (the stream is left as it was). ``padding`` chooses what a generated id the model has but the
+    tokenizer lacks does (a padding row, ``[vocab_size, model_vocab_size)``, which random or
+    untrained weights sample): ``"error"`` (the default) raises like any other unknown id,
+    ``"empty"`` decodes it as no text, as vLLM does. An id past the model's vocabulary always
+    raises.
 
     Tokenizers whose decoder is context-independent use precomputed per-token tables (no tokenizer
     call per token); any other decoder uses a generic sliding-window algorithm over ``decode``.
@@ -80,6 +95,7 @@ class DecodeStream:
         "_table",
         "_parts",
         "prefix_seeded",
+        "_pad_empty",
         # fast path
         "_pending",
         "_ppend",
@@ -102,7 +118,11 @@ class DecodeStream:
         *,
         skip_special_tokens: bool = True,
         fast: bool | None = None,
+        padding: str = "error",
     ) -> None:
+        if padding not in PADDING_MODES:
+            raise ValueError(f"padding must be one of {PADDING_MODES}, got {padding!r}")
+        self._pad_empty = padding == "empty"
         self._tok = tokenizer
         tolist = getattr(prompt_token_ids, "tolist", None)  # numpy arrays
         self._prompt: list[int] = tolist() if tolist is not None else list(prompt_token_ids)
@@ -148,6 +168,11 @@ class DecodeStream:
     def fast(self) -> bool:
         """Whether this stream uses the precomputed tables."""
         return self._table is not None
+
+    @property
+    def padding(self) -> str:
+        """What a generated padding id does: ``"error"`` or ``"empty"``."""
+        return "empty" if self._pad_empty else "error"
 
     @property
     def output(self) -> str:
@@ -239,11 +264,14 @@ class DecodeStream:
         self.prefix_seeded = True
 
     def _lacked(self, token_id: int) -> str:
-        """A generated id the tokenizer cannot map: no text when the model has it (a padding row),
-        ``DecodeError`` past the model's vocabulary. The stream's state is left as it was."""
-        model_vocab = self._tok.model_vocab_size
+        """A generated id the tokenizer cannot map: ``DecodeError``, or no text for a padding row
+        with ``padding="empty"``. The stream's state is left as it was."""
+        tok = self._tok
+        model_vocab = tok.model_vocab_size
         if 0 <= token_id < model_vocab:
-            return ""
+            if self._pad_empty:
+                return ""
+            raise _padding_id(token_id)
         raise _unknown_id(token_id, model_vocab)
 
     # ---- fast path -------------------------------------------------------------------------------

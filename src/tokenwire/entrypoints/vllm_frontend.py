@@ -122,6 +122,7 @@ def settings_from_args(args_json: str) -> dict[str, Any]:
         "enable_lora": bool(raw.get("enable_lora")),
         "lora_modules": _lora_modules(raw.get("lora_modules")),
         "enable_prompt_tokens_details": bool(raw.get("enable_prompt_tokens_details")),
+        "return_tokens_as_token_ids": bool(raw.get("return_tokens_as_token_ids")),
         "enable_tokenizer_info_endpoint": bool(raw.get("enable_tokenizer_info_endpoint")),
         "max_model_len": raw.get("max_model_len"),
         "keep_alive": raw.get("http_timeout_keep_alive") or 5,
@@ -186,6 +187,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         generation_defaults=defaults,
         default_chat_template_kwargs=settings["default_chat_template_kwargs"],
         prompt_tokens_details=settings["enable_prompt_tokens_details"],
+        return_tokens_as_token_ids=settings["return_tokens_as_token_ids"],
     )
     lora = settings["enable_lora"]
     app = create_app(

@@ -308,7 +308,8 @@ class SamplingParams:
                 if not 0 <= token_id < vocab_size:
                     fail(
                         "stop_token_ids",
-                        f"must be token ids in [0, {vocab_size - 1}], got {token_id}",
+                        f"contains the out-of-vocab token id {token_id}: token ids must be in "
+                        f"[0, {vocab_size - 1}] (Vocabulary size: {vocab_size})",
                     )
         if self.stream_interval is not None and self.stream_interval < 1:
             fail("stream_interval", f"must be at least 1, got {self.stream_interval}")
@@ -463,6 +464,16 @@ def _coerce(key: str, value: Any, nm: _Names) -> Any:
             raise bad("a JSON object (integers within 64 bits)")
         return value
     if key == "sampling_seed":
+        if isinstance(value, int) and not isinstance(value, bool) and not _is_int(value):
+            # (vLLM's words: its clients' tests look for them)
+            low = value < 0
+            bound = -(2**63) if low else 2**63 - 1
+            kind = "greater_than_equal" if low else "less_than_equal"
+            raise ValidationError(
+                f"{nm(key)} must be a 64-bit integer ({kind}: Input should be "
+                f"{'greater' if low else 'less'} than or equal to {bound}), got {value}",
+                param=nm(key),
+            )
         if not _is_int(value):
             raise bad("a (64-bit) integer")
         return value

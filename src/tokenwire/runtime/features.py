@@ -50,6 +50,9 @@ class Features:
     prompt_tokens_details: bool = False
     #: ``--default-chat-template-kwargs``: chat template arguments a request's own override.
     default_chat_template_kwargs: Mapping[str, Any] = field(default_factory=dict)
+    #: ``--return-tokens-as-token-ids``: logprob tokens as ``token_id:N`` unless a request's
+    #: ``return_tokens_as_token_ids`` says otherwise (vLLM's flag).
+    return_tokens_as_token_ids: bool = False
 
     def __post_init__(self) -> None:
         if self.reasoning_parser is not None and self.reasoning_parser not in REASONING_PARSERS:

@@ -21,7 +21,12 @@ from bisect import bisect_left
 from collections.abc import Callable, Iterator, Sequence
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, generate_latest
-from prometheus_client.core import GaugeMetricFamily, HistogramMetricFamily, Metric
+from prometheus_client.core import (
+    CounterMetricFamily,
+    GaugeMetricFamily,
+    HistogramMetricFamily,
+    Metric,
+)
 
 __all__ = [
     "E2E_BUCKETS",
@@ -114,6 +119,8 @@ class LoopHistogram:
         self.labelnames = tuple(labelnames)
         self._bounds = [*sorted(buckets), float("inf")]
         self._children: dict[tuple[str, ...], _LoopChild] = {}
+        #: When the histogram was made (its ``_created`` sample, as prometheus-client's own).
+        self.created = time.time()
         if not self.labelnames:
             self._children[()] = _LoopChild(self._bounds)
         registry.register(self)
@@ -146,7 +153,12 @@ class LoopHistogram:
             for bound, n in zip(self._bounds, child.counts):
                 total += n
                 cumulative.append(("+Inf" if bound == float("inf") else repr(bound), total))
-            family.add_metric(list(values), cumulative, child.sum)
+            family.add_metric(list(values), cumulative, child.sum, timestamp=None)
+            family.samples.append(
+                type(family.samples[-1])(
+                    self.name + "_created", dict(zip(self.labelnames, values)), self.created
+                )
+            )
         yield family
 
     def describe(self) -> list:
@@ -170,7 +182,9 @@ class EngineSeries:
         "params_max_tokens",
         "params_n",
         "prefill",
+        "prefill_kv_computed",
         "prompt_tokens",
+        "prompt_tokens_cached",
         "queue",
         "request_generation_tokens",
         "request_prompt_tokens",
@@ -196,6 +210,8 @@ class EngineSeries:
         self.time_per_output_token = m.time_per_output_token.labels(*labels)
         self.request_prompt_tokens = m.request_prompt_tokens.labels(*labels)
         self.request_generation_tokens = m.request_generation_tokens.labels(*labels)
+        self.prefill_kv_computed = m.request_prefill_kv_computed_tokens.labels(*labels)
+        self.prompt_tokens_cached = m.prompt_tokens_cached.labels(*labels)
         self.params_n = m.params_n.labels(*labels)
         self.params_max_tokens = m.params_max_tokens.labels(*labels)
         self.max_num_generation_tokens = m.max_num_generation_tokens.labels(*labels)
@@ -251,6 +267,12 @@ class Metrics:
         )
         self.generation_tokens = Counter(
             "vllm:generation_tokens", "Number of generation tokens processed.", labels, registry=r
+        )
+        self.prompt_tokens_cached = Counter(
+            "vllm:prompt_tokens_cached",
+            "Number of cached prompt tokens (local + external).",
+            labels,
+            registry=r,
         )
         self.request_success = Counter(
             "vllm:request_success",
@@ -308,6 +330,11 @@ class Metrics:
         )
         self.request_generation_tokens = hist(
             "vllm:request_generation_tokens", "Number of generation tokens processed.", tokens
+        )
+        self.request_prefill_kv_computed_tokens = hist(
+            "vllm:request_prefill_kv_computed_tokens",
+            "Histogram of new KV tokens computed during prefill (excluding cached tokens).",
+            tokens,
         )
         self.params_n = hist(
             "vllm:request_params_n", "Histogram of the n request parameter.", N_BUCKETS
@@ -379,6 +406,7 @@ class EngineCollector:
                     family.add_metric([model, "0"], float(value))
                     yield family
             return
+        yield from self._engine_counts(model, stats)
         for name, key, doc in _SCHEDULER_STATS:
             family = GaugeMetricFamily(name, doc, labels=list(_LABELS))
             for rank, values in sorted(stats.items()):
@@ -390,6 +418,67 @@ class EngineCollector:
                 if isinstance(value, (int, float)):
                     family.add_metric([model, str(rank)], float(value))
             yield family
+
+    def _engine_counts(self, model: str, stats: dict) -> Iterator[Metric]:
+        """vLLM's series from what the engines report beside the requests: step sizes,
+        preemptions, prefix cache queries and hits, the waiting requests by reason, the KV
+        cache's settings."""
+        fold = getattr(self.engine, "fold_rank_stats", None)
+        ranks = fold() if fold is not None else {}
+        if ranks:
+            hist = HistogramMetricFamily(
+                "vllm:iteration_tokens_total",
+                "Histogram of number of tokens per engine_step.",
+                labels=list(_LABELS),
+            )
+            preempt = CounterMetricFamily(
+                "vllm:num_preemptions",
+                "Cumulative number of preemption from the engine.",
+                labels=list(_LABELS),
+            )
+            queries = CounterMetricFamily(
+                "vllm:prefix_cache_queries",
+                "Prefix cache queries, in terms of number of queried tokens.",
+                labels=list(_LABELS),
+            )
+            hits = CounterMetricFamily(
+                "vllm:prefix_cache_hits",
+                "Prefix cache hits, in terms of number of cached tokens.",
+                labels=list(_LABELS),
+            )
+            for rank, r in sorted(ranks.items()):
+                labels = [model, str(rank)]
+                hist.add_metric(labels, r.iteration_buckets(), r.iteration_sum)
+                preempt.add_metric(labels, r.preemptions, created=r.created)
+                queries.add_metric(labels, r.prefix_queries, created=r.created)
+                hits.add_metric(labels, r.prefix_hits, created=r.created)
+            yield from (hist, preempt, queries, hits)
+        by_reason = GaugeMetricFamily(
+            "vllm:num_requests_waiting_by_reason",
+            "Number of waiting requests by reason. Reason labels: 'capacity' = waiting for "
+            "scheduling capacity; 'deferred' = deferred by transient constraints (LoRA budget, KV "
+            "transfer, blocked status). Sum of all reasons equals vllm:num_requests_waiting.",
+            labels=[*_LABELS, "reason"],
+        )
+        for rank, values in sorted(stats.items()):
+            for reason, key in (
+                ("capacity", "num_waiting_reqs"),
+                ("deferred", "num_skipped_waiting_reqs"),
+            ):
+                value = values.get(key)
+                if isinstance(value, (int, float)):
+                    by_reason.add_metric([model, str(rank), reason], float(value))
+        yield by_reason
+        config = getattr(self.engine, "cache_config", None) or {}
+        if config:
+            info = GaugeMetricFamily(
+                "vllm:cache_config_info",
+                "Information of the LLMEngine CacheConfig",
+                labels=["engine", *sorted(next(iter(config.values())))],
+            )
+            for rank, labels in sorted(config.items()):
+                info.add_metric([str(rank), *(labels[k] for k in sorted(labels))], 1.0)
+            yield info
 
     def describe(self) -> list:
         return []

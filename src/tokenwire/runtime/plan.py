@@ -68,6 +68,9 @@ class Plan:
     lora: LoraAdapter | None = None
     data_parallel_rank: int | None = None
     session_id: str | None = None
+    #: vLLM's beam search: ``(beam width, length penalty)``; the search runs in the frontend
+    #: (``server/openai/beam.py``), so ``Runtime.submit`` submits nothing for the plan itself.
+    beam: tuple[int, float] | None = None
     id: str = field(default_factory=lambda: uuid.uuid4().hex)
     created: int = field(default_factory=lambda: int(time.time()))
 

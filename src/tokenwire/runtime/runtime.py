@@ -92,7 +92,10 @@ class Runtime:
             config.lora_modules,
             root=config.model_root,
         )
-        self.shard = DetokShard(self._abort_in_engine, max_stall=config.stall_timeout)
+        # The server decodes a generated padding id as no text, as stock vLLM does.
+        self.shard = DetokShard(
+            self._abort_in_engine, max_stall=config.stall_timeout, padding="empty"
+        )
         #: Pooling inputs in flight (embeddings, scores...), and what the model pools: its
         #: tasks and the one it runs (known once the engine has started).
         self.pooling = PoolingRequests(self._abort_in_engine)
@@ -303,6 +306,8 @@ class Runtime:
                 "generate text (use its pooling routes: /v1/embeddings, /pooling, /score...)",
                 param="model",
             )
+        if plan.beam is not None:  # (the frontend's beam search submits each step itself)
+            return []
         choices = plan.choices
         if len(self.shard) + len(self.pooling) + choices > self.config.max_concurrent_requests:
             raise OverloadedError(
@@ -426,6 +431,10 @@ class Runtime:
         series.finished((fr.openai_finish_reason if fr is not None else None) or "unknown")
         series.request_prompt_tokens.observe(done.prompt_tokens)
         series.request_generation_tokens.observe(done.completion_tokens)
+        cached = max(done.cached_tokens, 0)
+        series.prefill_kv_computed.observe(max(done.prompt_tokens - cached, 0))
+        if cached:
+            series.prompt_tokens_cached.inc(cached)
         if times is not None:
             series.queue.observe(max(0.0, times.scheduled - times.queued))
             series.prefill.observe(max(0.0, times.first_token - times.scheduled))

@@ -9,7 +9,7 @@ from __future__ import annotations
 import copy
 import re
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from tokenwire.messages.errors import TokenwireError
 from tokenwire.parsers import ToolCall
@@ -20,6 +20,9 @@ from tokenwire.server.openai.chat_output import ChoiceOutput
 from tokenwire.server.openai.chunks import reasoning_count
 from tokenwire.server.openai.parse import parse_chat, render_conversation
 from tokenwire.tokenizer import Tokenizer
+
+if TYPE_CHECKING:
+    from tokenwire.runtime.models import ServedModels
 
 __all__ = ["Renames", "SplitOutput", "count_chat_tokens", "parse_as_chat", "renamed"]
 
@@ -57,7 +60,7 @@ def renamed(err: TokenwireError, names: Renames) -> TokenwireError:
 def parse_as_chat(
     chat: dict[str, Any],
     tok: Tokenizer,
-    model: str,
+    model: str | ServedModels,
     names: Renames,
     *,
     limits: RequestLimits = DEFAULT_LIMITS,

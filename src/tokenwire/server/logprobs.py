@@ -2,16 +2,18 @@
 columns, decoded by the codec) shaped as OpenAI's completions and chat objects and SGLang's
 ``meta_info`` lists, with token strings by vLLM's rules.
 
-A token's string is its own decoded text; a token that is only part of a UTF-8 character (a
-byte-level or byte-fallback piece) is written losslessly as ``bytes:\\xNN...`` (OpenAI's
-form), and its raw bytes are in ``bytes``; ``return_tokens_as_token_ids`` gives
-``token_id:N``. Streaming and not streaming shape the same rows the same way (text offsets carry
-over from chunk to chunk).
+A token's string is its decoded text, as vLLM writes it: a token that is only part of a UTF-8
+character (a byte-level or byte-fallback piece) is ``""`` until the token that completes the
+character, which carries the whole character (decoded with the tokens before it); chat's
+``bytes`` are the bytes of that string. ``return_tokens_as_token_ids`` gives ``token_id:N``.
+Text offsets advance by each written token's length, and each position's top logprobs list the
+chosen (or prompt) token first, then the top ones, as vLLM's do. Streaming and not streaming
+shape the same rows the same way (offsets and the decoding context carry over from chunk to
+chunk). SGLang's ``/generate`` lists keep each token's own text (``TokenStrings.text``).
 """
 
 from __future__ import annotations
 
-import codecs
 from collections.abc import Sequence
 from typing import Any
 
@@ -31,6 +33,7 @@ __all__ = [
     "generate_logprobs_request",
     "join",
     "join_completion",
+    "ranks_from_extras",
     "rows_from_extras",
     "vllm_prompt_logprobs",
 ]
@@ -72,6 +75,62 @@ class TokenStrings:
 
     def text(self, token_id: int) -> str:
         return self.get(token_id)[0]
+
+    def _alone(self, token_id: int) -> str:
+        """The token decoded alone, as a tokenizer's ``decode`` gives it (U+FFFD for a partial
+        character)."""
+        raw = self.get(token_id)[1]
+        return bytes(raw).decode("utf-8", "replace")
+
+    def decoded(self, token_id: int, context: Sequence[int]) -> str:
+        """vLLM's decoded token: the token's text, or, when that ends in a partial character,
+        what it completes given the ``context`` (the tokens before it, oldest first; up to four
+        are looked at): the whole character with the text before it that earlier partial tokens
+        did not show, or ``""`` while it is still incomplete."""
+        text = self._alone(token_id)
+        if not text.endswith(_FFFD):
+            return text
+        tok = self.tok
+        ctx = [t for t in context[-4:] if tok.is_known(t)]
+        for n in range(1, len(ctx) + 1):
+            window = ctx[-n:]
+            full = tok.decode([*window, token_id] if tok.is_known(token_id) else window, False)
+            if full.endswith(_FFFD):
+                continue
+            clean = len(window)
+            while clean > 0 and self._alone(window[clean - 1]).endswith(_FFFD):
+                clean -= 1
+            prefix = tok.decode(window[:clean], False) if clean else ""
+            if full.startswith(prefix):
+                return full[len(prefix) :]
+            common = 0
+            for a, b in zip(prefix, full):
+                if a != b:
+                    break
+                common += 1
+            return full[common:]
+        return ""
+
+    def written(self, token_id: int, context: Sequence[int]) -> tuple[str, list[int]]:
+        """``(the string a logprob object writes, the bytes of the decoded token)``."""
+        text = self.decoded(token_id, context)
+        shown = f"token_id:{token_id}" if self.as_ids else text
+        return shown, list(text.encode("utf-8"))
+
+
+_FFFD = "\ufffd"
+
+
+def _ranked(chosen: int, top: Sequence[tuple[int, float]], lp: float) -> list[tuple[int, float]]:
+    """A position's entries as vLLM orders them: the chosen (or prompt) token first, then the
+    top ones (each id once)."""
+    out = [(chosen, lp)]
+    seen = {chosen}
+    for t, v in top:
+        if t not in seen:
+            seen.add(t)
+            out.append((t, v))
+    return out
 
 
 def _families(extras: Any) -> list[dict[str, Any]]:
@@ -116,12 +175,14 @@ class CompletionLogprobs:
         self.strings = strings
         self.top = top
         self.offset = 0  # text offset (characters) where the next token's text starts
-        self._utf8 = codecs.getincrementaldecoder("utf-8")("replace")
+        #: The tokens so far (the decoding context of partial characters).
+        self.context: list[int] = []
 
-    def _advance(self, raw: list[int]) -> int:
-        """The offset of a token's text, and the offset moved past the characters it ends."""
+    def _advance(self, token: str) -> int:
+        """The offset of a token, and the offset moved past it (by the written token's length,
+        as vLLM's)."""
         at = self.offset
-        self.offset += len(self._utf8.decode(bytes(raw)))
+        self.offset += len(token)
         return at
 
     def shape(self, rows: Sequence[Row]) -> dict[str, Any]:
@@ -130,15 +191,19 @@ class CompletionLogprobs:
         token_logprobs: list[float | None] = []
         top_logprobs: list[dict[str, float] | None] = []
         offsets: list[int] = []
-        text = self.strings.text
+        written = self.strings.written
+        ctx = self.context
         for tid, lp, top in rows:
-            s, raw = self.strings.get(tid)
-            offsets.append(self._advance(raw))
+            s = written(tid, ctx)[0]
+            offsets.append(self._advance(s))
             tokens.append(s)
             token_logprobs.append(_lp(lp))
-            entry = {text(t): _lp(v) for t, v in top[: self.top]}
-            entry.setdefault(s, _lp(lp))
+            entry: dict[str, float] = {}
+            for t, v in _ranked(tid, top[: self.top], lp)[: self.top + 1]:
+                entry.setdefault(written(t, ctx)[0], _lp(v))
             top_logprobs.append(entry)
+            ctx.append(tid)
+        del ctx[:-8]
         return {
             "tokens": tokens,
             "token_logprobs": token_logprobs,
@@ -148,10 +213,17 @@ class CompletionLogprobs:
 
     def first_prompt_token(self, token_id: int) -> dict[str, Any]:
         """The prompt's first token under ``echo``: its string, no logprob."""
-        s, raw = self.strings.get(token_id)
+        strings = self.strings
+        # (vLLM decodes it alone: no correction, a partial character is U+FFFD)
+        s = f"token_id:{token_id}" if strings.as_ids else strings._alone(token_id)
+        self.context.append(token_id)
         out = {"tokens": [s], "token_logprobs": [None], "top_logprobs": [None]}
-        out["text_offset"] = [self._advance(raw)]
+        out["text_offset"] = [self._advance(s)]
         return out
+
+    def restart(self) -> None:
+        """The echoed prompt is over: generated tokens decode with their own context (vLLM's)."""
+        self.context = []
 
 
 def join_completion(parts: Sequence[dict[str, Any]]) -> dict[str, Any]:
@@ -174,29 +246,40 @@ class ChatLogprobs:
     def __init__(self, strings: TokenStrings, top: int) -> None:
         self.strings = strings
         self.top = top
+        self.context: list[int] = []
 
-    def _entry(self, tid: int, lp: float) -> dict[str, Any]:
-        s, raw = self.strings.get(tid)
+    def _entry(self, tid: int, lp: float, ctx: Sequence[int]) -> dict[str, Any]:
+        s, raw = self.strings.written(tid, ctx)
         return {"token": s, "logprob": _lp(lp), "bytes": raw}
 
     def shape(self, rows: Sequence[Row]) -> dict[str, Any]:
         content = []
+        ctx = self.context
         for tid, lp, top in rows:
-            entry = self._entry(tid, lp)
-            entry["top_logprobs"] = [self._entry(t, v) for t, v in top[: self.top]]
+            entry = self._entry(tid, lp, ctx)
+            ranked = _ranked(tid, top[: self.top], lp)[: self.top]
+            entry["top_logprobs"] = [self._entry(t, v, ctx) for t, v in ranked]
             content.append(entry)
+            ctx.append(tid)
+        del ctx[:-8]
         return {"content": content, "refusal": None}
 
 
 # ---- request fields ------------------------------------------------------------------------------
 
 
-def _count(body: Any, key: str, limit: int) -> int | None:
+def _count(body: Any, key: str, limit: int, vocab: int | None = None) -> int | None:
+    """A logprob count field; vLLM's -1 is the whole vocabulary (``vocab``), within the limit."""
     value = body.get(key)
     if value is None:
         return None
+    if value == -1 and vocab is not None and not isinstance(value, bool):
+        value = vocab
     if not isinstance(value, int) or isinstance(value, bool) or value < 0:
-        raise ValidationError(f"{key} must be a non-negative integer, got {value!r}", param=key)
+        raise ValidationError(
+            f"{key} must be a non-negative integer (or -1: the whole vocabulary), got {value!r}",
+            param=key,
+        )
     if value > limit:
         raise ValidationError(
             f"{key}={value} is more than this server's max_logprobs ({limit}; "
@@ -207,7 +290,7 @@ def _count(body: Any, key: str, limit: int) -> int | None:
 
 
 def completion_logprobs_request(
-    body: Any, max_logprobs: int
+    body: Any, max_logprobs: int, vocab: int | None = None
 ) -> tuple[int | None, bool, int | None]:
     """``/v1/completions``: ``(logprobs, echo, prompt_logprobs)`` (vLLM's ``prompt_logprobs``,
     or ``logprobs`` for the echoed prompt)."""
@@ -215,51 +298,88 @@ def completion_logprobs_request(
         raise ValidationError(
             "top_logprobs is a chat field; completions take logprobs: N", param="top_logprobs"
         )
-    top = _count(body, "logprobs", max_logprobs)
+    top = _count(body, "logprobs", max_logprobs, vocab)
     echo = body.get("echo")
     if echo is not None and not isinstance(echo, bool):
         raise ValidationError(f"echo must be a boolean, got {echo!r}", param="echo")
-    prompt = _count(body, "prompt_logprobs", max_logprobs)
+    prompt = _count(body, "prompt_logprobs", max_logprobs, vocab)
     if echo and top is not None and prompt is None:
         prompt = top
     return top, bool(echo), prompt
 
 
-def chat_logprobs_request(body: Any, max_logprobs: int) -> tuple[int | None, int | None]:
+#: The strings a boolean field may be written as (vLLM's request models read them so).
+_BOOL_STRINGS = {"true": True, "false": False, "1": True, "0": False, "yes": True, "no": False}
+
+
+def chat_logprobs_request(
+    body: Any, max_logprobs: int, vocab: int | None = None
+) -> tuple[int | None, int | None]:
     """``/v1/chat/completions``: ``(top count or None, prompt_logprobs)`` from ``logprobs``
-    (a boolean) and ``top_logprobs``."""
+    (a boolean, or one written as a string as vLLM reads it) and ``top_logprobs``."""
     flag = body.get("logprobs")
+    if isinstance(flag, str) and flag.lower() in _BOOL_STRINGS:
+        flag = _BOOL_STRINGS[flag.lower()]
     if flag is not None and not isinstance(flag, bool):
         raise ValidationError(f"logprobs must be a boolean, got {flag!r}", param="logprobs")
     if body.get("echo") not in (None, False) and flag:
         raise ValidationError(
             "echo with logprobs is not supported for chat completions", param="echo"
         )
-    top = _count(body, "top_logprobs", max_logprobs)
+    top = _count(body, "top_logprobs", max_logprobs, vocab)
     if top and not flag:
         raise ValidationError("top_logprobs needs logprobs: true", param="top_logprobs")
-    prompt = _count(body, "prompt_logprobs", max_logprobs)
+    prompt = _count(body, "prompt_logprobs", max_logprobs, vocab)
     return ((top or 0) if flag else None), prompt
 
 
 # ---- one choice ----------------------------------------------------------------------------------
 
 
-def vllm_prompt_logprobs(strings: TokenStrings, prompt: Sequence[int], rows: Sequence[Row]) -> list:
+def vllm_prompt_logprobs(
+    strings: TokenStrings,
+    prompt: Sequence[int],
+    rows: Sequence[Row],
+    ranks: Sequence[int] | None = None,
+) -> list:
     """vLLM's ``prompt_logprobs``: None for the first prompt token, then per token a map from
-    token id to ``{"logprob", "rank", "decoded_token"}`` (the prompt token and the top ones; a
-    rank is None where the engine did not say)."""
+    token id to ``{"logprob", "rank", "decoded_token"}``: the prompt token first, with its rank
+    (the engine's; None only where the engine did not say and it is not among the top ones),
+    then the top ones (ranks 1, 2, ...)."""
     out: list[Any] = [None]
-    for tid, lp, top in rows:
-        entry: dict[str, Any] = {}
+    for pos, (tid, lp, top) in enumerate(rows):
+        ctx = prompt[max(0, pos - 3) : pos + 1]
+        rank = _rank(ranks, pos)
+        if rank is None:
+            rank = next((k + 1 for k, (t, _) in enumerate(top) if t == tid), None)
+        entry: dict[str, Any] = {
+            str(tid): {"logprob": _lp(lp), "rank": rank, "decoded_token": strings.decoded(tid, ctx)}
+        }
         for k, (t, v) in enumerate(top):
-            entry[str(t)] = {"logprob": _lp(v), "rank": k + 1, "decoded_token": strings.text(t)}
-        if str(tid) not in entry:
-            entry = {
-                str(tid): {"logprob": _lp(lp), "rank": None, "decoded_token": strings.text(tid)}
-            } | entry
+            entry.setdefault(
+                str(t), {"logprob": _lp(v), "rank": k + 1, "decoded_token": strings.decoded(t, ctx)}
+            )
         out.append(entry)
     return out[: len(prompt)]
+
+
+def ranks_from_extras(extras: Any, kind: str = "in") -> list[int] | None:
+    """The chosen (``out``) or prompt (``in``) tokens' ranks an engine reported (vLLM's do), or
+    None."""
+    ranks: list[int] = []
+    found = False
+    for fam in _families(extras):
+        got = fam.get(f"{kind}_rank")
+        if got is not None:
+            found = True
+            ranks.extend(int(r) for r in got["values"].tolist())
+    return ranks if found else None
+
+
+def _rank(ranks: Sequence[int] | None, pos: int) -> int | None:
+    if ranks is None or pos >= len(ranks) or ranks[pos] < 0:
+        return None
+    return ranks[pos]
 
 
 class ChoiceLogprobs:
@@ -294,7 +414,8 @@ class ChoiceLogprobs:
         first, self._first = self._first, False
         if first and self.want_prompt:
             rows = rows_from_extras(extras, "in")
-            self.prompt_logprobs = vllm_prompt_logprobs(self.strings, self.prompt, rows)
+            ranks = ranks_from_extras(extras, "in")
+            self.prompt_logprobs = vllm_prompt_logprobs(self.strings, self.prompt, rows, ranks)
         if self.top is None:
             return None
         rows = rows_from_extras(extras, "out")[: len(token_ids)]
@@ -305,6 +426,7 @@ class ChoiceLogprobs:
         if first and self.echo and self.prompt:
             parts.append(shaper.first_prompt_token(self.prompt[0]))
             parts.append(shaper.shape(rows_from_extras(extras, "in")))
+            shaper.restart()
         parts.append(shaper.shape(rows))
         return parts[0] if len(parts) == 1 else join_completion(parts)
 

@@ -125,12 +125,18 @@ def _within(tok: Tokenizer, text: str, add_special: bool, field: str) -> list[in
 
 
 def detokenize(
-    body: Any, tok: Tokenizer, model: str | ServedModels, *, skip_special: bool = False
+    body: Any,
+    tok: Tokenizer,
+    model: str | ServedModels,
+    *,
+    skip_special: bool = False,
+    keys: tuple[str, ...] = ("prompt",),
 ) -> dict[str, Any]:
     """vLLM's ``/detokenize`` and SGLang's ``/v1/detokenize``: ``tokens`` (SGLang: or a list of
-    such lists) -> the text as ``prompt`` (vLLM's key) and ``text`` (SGLang's). Special tokens are
-    kept unless ``skip_special_tokens`` (default ``skip_special``: vLLM keeps them, SGLang
-    skips them); ids the model has and the tokenizer lacks have no text."""
+    such lists) -> the text under ``keys`` (vLLM's ``prompt`` only; SGLang's route gives ``text``
+    and ``prompt``). Special tokens are kept unless ``skip_special_tokens`` (default
+    ``skip_special``: vLLM keeps them, SGLang skips them); ids the model has and the tokenizer
+    lacks have no text."""
     body = _object(body)
     check_model(body.get("model"), model)
     warn_unknown_fields(body, {"model", "tokens", "skip_special_tokens"})
@@ -138,11 +144,11 @@ def detokenize(
     ids = body.get("tokens")
     if isinstance(ids, list) and ids and all(isinstance(x, list) for x in ids):
         texts = [_decode(x, tok, skip) for x in ids]
-        return {"prompt": texts, "text": texts}
+        return dict.fromkeys(keys, texts)
     if not isinstance(ids, list):
         raise ValidationError("tokens must be a list of token ids", param="tokens")
     text = _decode(ids, tok, skip)
-    return {"prompt": text, "text": text}
+    return dict.fromkeys(keys, text)
 
 
 def _decode(ids: list[Any], tok: Tokenizer, skip: bool) -> str:
@@ -164,9 +170,10 @@ def tokenizer_info(tok: Tokenizer) -> dict[str, Any]:
     return out
 
 
-def version() -> dict[str, str]:
-    """``/version``."""
-    return {"version": __version__}
+def version(engine_version: str | None = None) -> dict[str, str]:
+    """``/version``: vLLM's shape, the engine's vLLM version as ``version`` (tokenwire's own
+    when the engine is not vLLM), tokenwire's as ``tokenwire_version``."""
+    return {"version": engine_version or __version__, "tokenwire_version": __version__}
 
 
 @dataclass(frozen=True)
@@ -315,7 +322,7 @@ async def _detokenize_sglang(app: App, receive: Any, send: Any) -> None:
     tok, name = app.runtime.tokenizer, app.runtime.models
 
     def answer(body: Any) -> dict[str, Any]:
-        return detokenize(body, tok, name, skip_special=True)
+        return detokenize(body, tok, name, skip_special=True, keys=("prompt", "text"))
 
     await _json_route(app, receive, send, "detokenize", answer, pure=True)
 
@@ -362,7 +369,8 @@ async def _health_generate(app: App, receive: Any, send: Any) -> None:
 
 
 async def _version(app: App, receive: Any, send: Any) -> None:
-    await _json_route(app, None, send, "version", lambda _: version())
+    engine_version = getattr(app.runtime.engine, "vllm_version", None)
+    await _json_route(app, None, send, "version", lambda _: version(engine_version))
 
 
 async def _model_info(app: App, receive: Any, send: Any) -> None:

@@ -44,8 +44,11 @@ class DetokShard(FastStep, GeneralStep, Delivery):
         *,
         max_pending: int = DEFAULT_MAX_PENDING,
         max_stall: float | None = DEFAULT_MAX_STALL,
+        padding: str = "error",
     ) -> None:
         self._abort_cb = abort
+        #: What a generated padding id does (``DecodeStream``'s ``padding``; the server: "empty").
+        self.padding = padding
         self.max_pending = max_pending
         self.max_stall = max_stall
         self._reqs: dict[str, RequestState] = {}
@@ -106,7 +109,9 @@ class DetokShard(FastStep, GeneralStep, Delivery):
         key = (id(tokenizer), skip)
         batch = self._batches.get(key)
         if batch is None:
-            batch = self._batches[key] = DecodeBatch(tokenizer, skip_special_tokens=skip)
+            batch = self._batches[key] = DecodeBatch(
+                tokenizer, skip_special_tokens=skip, padding=self.padding
+            )
             self._batch_list.append(batch)
         slot = batch.add(prompt_ids)
         sid = self._free.pop() if self._free else self._grow()

@@ -36,6 +36,8 @@ from tokenwire.engine import REQUEST_FIELDS, EngineRequest, OutputCallback, Requ
 from tokenwire.engine.pooling import DEFAULT_TASKS, PoolingRequest
 from tokenwire.engine.vllm import pooling as pool_wire
 from tokenwire.engine.vllm import protocol as wire
+from tokenwire.engine.vllm.launch import startup_timeout_message
+from tokenwire.engine.vllm.stats import RankStats
 from tokenwire.messages.errors import CodecError, QueueFullError, ValidationError
 from tokenwire.messages.finish_reason import FinishReason
 from tokenwire.messages.frames import Decoded, encode_error_frame
@@ -199,6 +201,8 @@ class VllmEngine:
         #: and the pooling requests in flight.
         self.supported_tasks: tuple[str, ...] = DEFAULT_TASKS
         self._pooling: set[str] = set()
+        #: Per engine rank: step tokens, preemptions, prefix cache counts (``/metrics``).
+        self.rank_stats: dict[int, RankStats] = {}
 
     # ---- Engine protocol -------------------------------------------------------------------------
 
@@ -216,6 +220,22 @@ class VllmEngine:
     @property
     def alive(self) -> bool:
         return self._alive
+
+    @property
+    def cache_config(self) -> dict[int, dict[str, str]]:
+        """Per rank, the KV cache's settings its ready response gave (``vllm:cache_config_info``'s
+        labels, as vLLM's frontend exports them)."""
+        keys = ("block_size", "num_gpu_blocks", "kv_cache_size_tokens", "kv_cache_max_concurrency")
+        return {c.rank: {k: str(c.ready.get(k)) for k in keys} for c in self._cores if c.ready}
+
+    @property
+    def vllm_version(self) -> str | None:
+        """The engines' vLLM version, as their ready responses say (None before, or unsaid)."""
+        for core in self._cores:
+            version = core.ready.get("vllm_version")
+            if isinstance(version, str) and version:
+                return version
+        return None
 
     @property
     def engines(self) -> list[dict[str, Any]]:
@@ -488,8 +508,13 @@ class VllmEngine:
                 self._check_launcher()
                 if time.monotonic() > deadline:
                     raise TimeoutError(
-                        f"{len(waiting_ready)} of {len(self._cores)} vLLM engines did not become "
-                        f"ready within {cfg.ready_timeout:.0f} s"
+                        startup_timeout_message(
+                            cfg.ready_timeout,
+                            len(self._cores),
+                            len(waiting_hello),
+                            len(waiting_ready),
+                            cfg.launcher,
+                        )
                     )
                 if time.monotonic() > next_note:
                     next_note += 10
@@ -528,7 +553,15 @@ class VllmEngine:
         while waiting:
             self._check_launcher()
             if time.monotonic() > deadline:
-                raise TimeoutError(f"{len(waiting)} vLLM engine(s) never sent a ready response")
+                raise TimeoutError(
+                    startup_timeout_message(
+                        self.config.ready_timeout,
+                        len(self._cores),
+                        0,
+                        len(waiting),
+                        self.config.launcher,
+                    )
+                )
             if not await self._input.poll(500):
                 continue
             identity, *rest = await self._input.recv_multipart()
@@ -627,9 +660,10 @@ class VllmEngine:
         if self._pooling and msg.outputs:
             msg.outputs = self._take_pooled(msg, frames)
         if msg.outputs:
+            prefilled = 0
             for o in msg.outputs:
                 if o.prefill_stats is not None:
-                    self._prefilled(o.request_id, o.prefill_stats)
+                    prefilled += self._prefilled(o.request_id, o.prefill_stats)
             try:
                 batch = wire.to_batch(
                     msg.outputs,
@@ -648,6 +682,7 @@ class VllmEngine:
                 self._forget(rid)
             if msg.engine_index:
                 batch.decoded.engine = msg.engine_index
+            self._rank_stats(msg.engine_index).step(prefilled + len(batch.decoded.token_ids))
             self._note_times(msg, batch.finished)
             output(batch.decoded)
             for rid, message in batch.errors:
@@ -835,10 +870,28 @@ class VllmEngine:
                 self._cached.pop(rid, None)
         return core
 
-    def _prefilled(self, rid: str, stats: Any) -> None:
-        cached = stats.get("num_cached_tokens") if isinstance(stats, dict) else None
+    def _prefilled(self, rid: str, stats: Any) -> int:
+        """A request's prefill stats (its first output): its cached tokens kept; the prompt
+        tokens the engine computed returned."""
+        if not isinstance(stats, dict):
+            return 0
+        cached = stats.get("num_cached_tokens")
         if isinstance(cached, int) and cached > 0 and rid in self._owner:
             self._cached[rid] = cached
+        computed = stats.get("num_computed_tokens")
+        return computed if isinstance(computed, int) and computed > 0 else 0
+
+    def _rank_stats(self, rank: int) -> RankStats:
+        got = self.rank_stats.get(rank)
+        if got is None:
+            got = self.rank_stats[rank] = RankStats()
+        return got
+
+    def fold_rank_stats(self) -> dict[int, RankStats]:
+        """Every rank's counters, with their pending scheduler stats folded in (a scrape)."""
+        for stats in self.rank_stats.values():
+            stats.fold(wire.decode_scheduler_stats)
+        return self.rank_stats
 
     @property
     def supports_lora(self) -> bool:
@@ -894,7 +947,9 @@ class VllmEngine:
             return
         at = msg.timestamp or time.monotonic()
         times = self._times
+        preempted = 0
         for out in timed:
+            preempted += wire.preemptions(out.events)
             queued, scheduled = wire.event_times(out.events)
             t = times.get(out.request_id)
             if t is None:
@@ -909,10 +964,15 @@ class VllmEngine:
             t = times.get(rid)
             if t is not None:
                 t[3] = at
+        if preempted:
+            self._rank_stats(msg.engine_index).preemptions += preempted
 
     def _stats(self, msg: wire.EngineCoreOutputs) -> None:
         """Keep a message's scheduler stats, undecoded until they are read."""
         self._stats_raw[msg.engine_index] = msg.scheduler_stats
+        self._rank_stats(msg.engine_index).scheduler_stats(
+            msg.scheduler_stats, wire.decode_scheduler_stats
+        )
         # An engine that does not stamp its messages: when they arrive (the API servers share
         # one host's monotonic clock).
         self.scheduler_stats_at[msg.engine_index] = msg.timestamp or time.monotonic()

@@ -29,6 +29,43 @@ log = logging.getLogger("tokenwire.engine.vllm.child")
 _TAIL = 40
 
 
+#: What a timed-out start says to do about it.
+START_TIMEOUT_HINT = (
+    "On CPU, vLLM binds each engine's OpenMP threads to cores of its choosing "
+    "(VLLM_CPU_OMP_THREADS_BIND=auto); on a loaded or small machine that can pin the engine to a "
+    "busy core, where it crawls. Start tokenwire with VLLM_CPU_OMP_THREADS_BIND=nobind in the "
+    "environment (or a free core list, such as 0-3), or VLLM_CPU_NUM_OF_RESERVED_CPU=1 to keep a "
+    "core for the frontend; or give it longer with --engine-start-timeout SECONDS."
+)
+
+
+def startup_timeout_message(
+    timeout: float,
+    engines: int,
+    waiting_hello: int,
+    waiting_ready: int,
+    launcher: VllmLauncher | None = None,
+) -> str:
+    """Why ``serve --engine vllm`` gave up on its engines: what they were doing when the
+    ``--engine-start-timeout`` ran out, their last lines of output, and how to fix it."""
+    if waiting_hello:
+        doing = (
+            f"{waiting_hello} of {engines} had not said hello: the vLLM process was still "
+            "starting (importing vLLM, spawning its engine processes)"
+        )
+    else:
+        doing = (
+            f"all {engines} said hello but {waiting_ready} did not become ready: they were "
+            "loading the model, profiling memory, allocating the KV cache and warming up"
+        )
+    parts = [f"the vLLM engines were not ready within {timeout:.0f} s ({doing})."]
+    if launcher is not None and launcher.tail:
+        last = "\n".join(f"    {line}" for line in list(launcher.tail)[-10:])
+        parts.append(f"The vLLM process's last lines:\n{last}")
+    parts.append(START_TIMEOUT_HINT)
+    return "\n".join(parts)
+
+
 def free_port(host: str = "127.0.0.1") -> int:
     """A TCP port nobody listens on right now."""
     with socket.socket() as s:

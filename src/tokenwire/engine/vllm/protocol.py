@@ -545,6 +545,23 @@ EVENT_QUEUED = 1
 EVENT_SCHEDULED = 2
 
 
+#: ``EngineCoreEventType.PREEMPTED``.
+EVENT_PREEMPTED = 3
+
+
+def preemptions(events: Any) -> int:
+    """How many PREEMPTED events an output's ``events`` carry."""
+    n = 0
+    for event in events if isinstance(events, list) else ():
+        kind = (
+            event.get("type")
+            if isinstance(event, dict)
+            else (event[0] if isinstance(event, list) and event else None)
+        )
+        n += kind == EVENT_PREEMPTED
+    return n
+
+
 def event_times(events: Any) -> tuple[float, float]:
     """``(queued, scheduled)`` timestamps from an output's ``events`` (0.0 for one it does not
     carry; the first SCHEDULED counts, as vLLM ignores the rescheduling after a preemption)."""
@@ -641,10 +658,22 @@ def logprob_arrays(value: Any, frames: Sequence[Any]) -> tuple[np.ndarray, np.nd
     return ids.astype(np.int32, copy=False), lps.astype(np.float32, copy=False)
 
 
+def logprob_ranks(value: Any, frames: Sequence[Any]) -> np.ndarray | None:
+    """The ranks of the sampled or prompt tokens (``[positions]``) a decoded ``LogprobsLists``
+    or ``LogprobsTensors`` field carries third, or None."""
+    if not isinstance(value, list) or len(value) < 3 or value[2] is None:
+        return None
+    ranks = decode_array(value[2], frames).reshape(-1)
+    return ranks.astype(np.int64, copy=False)
+
+
 class _Family:
-    """One logprob family (``out`` or ``in``) of a step, gathered request by request."""
+    """One logprob family (``out`` or ``in``) of a step, gathered request by request (with the
+    chosen or prompt tokens' ranks when the engine gives them: ``{kind}_rank``, -1 unsaid)."""
 
     def __init__(self) -> None:
+        self.ranks: list[np.ndarray] = []
+        self.any_rank = False
         self.lens: list[int] = []
         self.ids: list[np.ndarray] = []
         self.values: list[np.ndarray] = []
@@ -652,12 +681,19 @@ class _Family:
         self.top_values: list[np.ndarray] = []
         self.poslens: list[int] = []
 
-    def add(self, got: tuple[np.ndarray, np.ndarray] | None, top: int) -> None:
+    def add(
+        self, got: tuple[np.ndarray, np.ndarray] | None, top: int, ranks: np.ndarray | None = None
+    ) -> None:
         if got is None:
             self.lens.append(0)
             return
         ids, lps = got
         n = ids.shape[0]
+        if ranks is not None and len(ranks) >= n:
+            self.any_rank = True
+            self.ranks.append(ranks[:n])
+        else:
+            self.ranks.append(np.full(n, -1, dtype=np.int64))
         k = min(top, ids.shape[1] - 1)
         self.lens.append(n)
         self.ids.append(ids[:, 0])
@@ -677,10 +713,13 @@ class _Family:
         posoff = np.zeros(len(poslens) + 1, dtype=np.int64)
         np.cumsum(poslens, out=posoff[1:])
         tops = [np.concatenate(self.top_values), np.concatenate(self.top_ids)]
-        return {
+        out = {
             f"{kind}_lp": (offsets.tolist(), [values, ids], None, None),
             f"{kind}_topk": (offsets.tolist(), tops, poslens, posoff),
         }
+        if self.any_rank:
+            out[f"{kind}_rank"] = (offsets.tolist(), [np.concatenate(self.ranks), ids], None, None)
+        return out
 
 
 class OutputBatch:
@@ -803,10 +842,10 @@ def _to_batch_general(
             top_out, top_in = logprobs.get(rid, (-1, -1))
             got = logprob_arrays(out.new_logprobs, frames) if top_out >= 0 else None
             lp_out.add(None if got is None else (got[0][: len(ids)], got[1][: len(ids)]), top_out)
-            got_in = (
-                logprob_arrays(out.new_prompt_logprobs_tensors, frames) if top_in >= 0 else None
-            )
-            lp_in.add(got_in, top_in)
+            prompt_lp = out.new_prompt_logprobs_tensors
+            got_in = logprob_arrays(prompt_lp, frames) if top_in >= 0 else None
+            ranks_in = logprob_ranks(prompt_lp, frames) if got_in is not None else None
+            lp_in.add(got_in, top_in, ranks_in)
         rids.append(rid)
         tok_lens.append(len(ids))
         chunks.append(ids)

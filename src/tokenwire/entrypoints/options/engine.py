@@ -167,7 +167,9 @@ def _add_vllm_arguments(serve: argparse.ArgumentParser) -> None:
         "--engine-start-timeout",
         type=float,
         default=900.0,
-        help="seconds to wait for the engines to be ready (default: %(default)s)",
+        help="seconds to wait for the engines to be ready; on timeout the error says what they "
+        "were doing, with their last lines (on CPU, VLLM_CPU_OMP_THREADS_BIND=nobind keeps vLLM "
+        "from pinning an engine to a busy core) (default: %(default)s)",
     )
 
 
@@ -244,6 +246,9 @@ def vllm_engines(args: argparse.Namespace) -> tuple[str, Any]:
     extra = list(args.vllm_arg)
     if args.max_model_len is not None and "--max-model-len" not in extra:
         extra += ["--max-model-len", str(args.max_model_len)]
+    max_logprobs = getattr(args, "max_logprobs", 20)
+    if max_logprobs != 20 and "--max-logprobs" not in extra:  # (the engine computes them)
+        extra += ["--max-logprobs", str(max_logprobs)]
     detailed = getattr(args, "collect_detailed_traces", None)
     if detailed and "--collect-detailed-traces" not in extra:
         # vLLM's detailed traces are the engine's own spans: the engines get the endpoint too.

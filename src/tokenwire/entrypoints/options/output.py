@@ -80,6 +80,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "(default: %(default)s)",
     )
     group.add_argument(
+        "--return-tokens-as-token-ids",
+        action="store_true",
+        help="logprob tokens as 'token_id:N' (the token's id) unless a request's "
+        "return_tokens_as_token_ids says otherwise, as vLLM's flag does",
+    )
+    group.add_argument(
         "--reasoning-parser",
         default=None,
         metavar="NAME",
@@ -167,4 +173,5 @@ def features(args: argparse.Namespace) -> Features:
         trust_request_chat_template=args.trust_request_chat_template,
         default_chat_template_kwargs=args.default_chat_template_kwargs or {},
         prompt_tokens_details=args.enable_prompt_tokens_details,
+        return_tokens_as_token_ids=args.return_tokens_as_token_ids,
     )

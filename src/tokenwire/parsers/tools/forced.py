@@ -1,7 +1,8 @@
 """Tool calls under ``tool_choice: required`` or a named function: the engine constrained the
 output to JSON (a list of ``{"name", "parameters"}`` objects, or the named function's arguments),
-so the whole output is the calls. It is held until it is complete, then parsed; output that is
-not such JSON (a truncated one) stays content."""
+so the whole output is the calls. It is held until it is complete, then parsed. Output that is
+not such JSON (one cut by ``max_tokens``) gives no content and no calls, as vLLM answers: the
+finish reason (``length``) says why; the fragment is never shown as the answer."""
 
 from __future__ import annotations
 
@@ -50,15 +51,13 @@ class ForcedToolParser(ToolCallParser):
         try:
             value = strict_json(text)
         except ValueError:
-            out.content += text
-            return
+            return  # cut short (or unreadable): no content, no calls
         if self.function is not None:
             self._whole_call(out, self.function, json.dumps(value, ensure_ascii=False))
             return
         if not isinstance(value, list) or not all(
             isinstance(c, dict) and isinstance(c.get("name"), str) for c in value
         ):
-            out.content += text
             return
         for call in value:
             args = call.get("parameters", call.get("arguments", {}))

@@ -40,7 +40,11 @@ def anthropic_error(err: TokenwireError) -> dict[str, Any]:
     message = err.detail if err.status < 500 else str(err)
     if len(message) > MAX_ERROR_MESSAGE:
         message = message[: MAX_ERROR_MESSAGE - 3] + "..."
-    return {"type": "error", "error": {"type": error_type(err.status), "message": message}}
+    return {
+        "type": "error",
+        "error": {"type": error_type(err.status), "message": message},
+        "request_id": None,  # (required by Anthropic's reference; null: none to give)
+    }
 
 
 def _stream_end(err: TokenwireError) -> bytes:

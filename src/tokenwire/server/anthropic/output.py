@@ -14,7 +14,17 @@ from tokenwire.messages.finish_reason import FinishReason
 from tokenwire.parsers import ToolCall
 from tokenwire.parsers.output import OutputDelta
 
-__all__ = ["MessageEvents", "content_blocks", "message_object", "stop_fields", "usage"]
+__all__ = [
+    "MessageEvents",
+    "content_blocks",
+    "delta_usage",
+    "message_object",
+    "stop_fields",
+    "usage",
+]
+
+#: A tool use the model made itself (not a server tool's).
+_DIRECT = {"type": "direct"}
 
 _json = msgspec.json.Encoder()
 
@@ -38,11 +48,31 @@ def stop_fields(
 
 
 def usage(input_tokens: int, output_tokens: int, cached_tokens: int) -> dict[str, Any]:
-    """Anthropic's usage: input tokens read from the prompt cache are counted apart."""
+    """Anthropic's usage: input tokens read from the prompt cache are counted apart. Every field
+    Anthropic's API reference requires is there, null where there is nothing to say (no cache
+    writes are made on request, no server tools, no geography or service tier)."""
     return {
         "input_tokens": input_tokens - cached_tokens,
+        "cache_creation_input_tokens": None,
+        "cache_read_input_tokens": cached_tokens,
+        "cache_creation": None,
+        "output_tokens": output_tokens,
+        "output_tokens_details": None,
+        "server_tool_use": None,
+        "service_tier": None,
+        "inference_geo": None,
+    }
+
+
+def delta_usage(input_tokens: int, output_tokens: int, cached_tokens: int) -> dict[str, Any]:
+    """``message_delta``'s usage (Anthropic's ``MessageDeltaUsage``: its own fields)."""
+    return {
+        "input_tokens": input_tokens - cached_tokens,
+        "cache_creation_input_tokens": None,
         "cache_read_input_tokens": cached_tokens,
         "output_tokens": output_tokens,
+        "output_tokens_details": None,
+        "server_tool_use": None,
     }
 
 
@@ -60,9 +90,17 @@ def content_blocks(reasoning: str, text: str, calls: list[ToolCall]) -> list[dic
         except (ValueError, RecursionError):
             continue
         if isinstance(arguments, dict):
-            uses.append({"type": "tool_use", "id": call.id, "name": call.name, "input": arguments})
+            uses.append(
+                {
+                    "type": "tool_use",
+                    "id": call.id,
+                    "name": call.name,
+                    "input": arguments,
+                    "caller": _DIRECT,
+                }
+            )
     if text.strip() or not (blocks or uses):
-        blocks.append({"type": "text", "text": text})
+        blocks.append({"type": "text", "text": text, "citations": None})
     return blocks + uses
 
 
@@ -81,6 +119,8 @@ def message_object(
         "content": content,
         "stop_reason": stop[0],
         "stop_sequence": stop[1],
+        "stop_details": None,  # (a refusal's details: this server has none)
+        "container": None,
         "usage": usage,
     }
 
@@ -150,8 +190,13 @@ class MessageEvents:
                 out.append(self._piece(self._blank))
         self._blank = ""
         out.append(self._stop())
-        delta = {"stop_reason": stop[0], "stop_sequence": stop[1]}
-        use = usage(self.input_tokens, output_tokens, cached)
+        delta = {
+            "stop_reason": stop[0],
+            "stop_sequence": stop[1],
+            "stop_details": None,
+            "container": None,
+        }
+        use = delta_usage(self.input_tokens, output_tokens, cached)
         out.append(_event("message_delta", {"delta": delta, "usage": use}))
         out.append(_event("message_stop", {}))
         return b"".join(out)
@@ -172,9 +217,15 @@ class MessageEvents:
         if kind == "thinking":
             block: dict[str, Any] = {"type": "thinking", "thinking": "", "signature": ""}
         elif kind == "text":
-            block = {"type": "text", "text": ""}
+            block = {"type": "text", "text": "", "citations": None}
         else:
-            block = {"type": "tool_use", "id": call_id, "name": name, "input": {}}
+            block = {
+                "type": "tool_use",
+                "id": call_id,
+                "name": name,
+                "input": {},
+                "caller": _DIRECT,
+            }
         self._kind = kind
         self.blocks += 1
         delta, key = _DELTAS[kind]

@@ -90,7 +90,7 @@ async def messages(app: App, receive: Any, send: Any) -> None:
         return parse_as_chat(
             req.chat,
             rt.tokenizer,
-            config.model_name,
+            rt.models,
             RENAMES,
             limits=config.limits,
             features=rt.features,
@@ -109,11 +109,10 @@ async def count_tokens(app: App, receive: Any, send: Any) -> None:
     """``POST /v1/messages/count_tokens``: the prompt's tokens, rendered as ``/v1/messages``
     renders it."""
     rt = app.runtime
-    config = app.config
 
     def count(body: Any) -> dict[str, Any]:
         chat = read_count_tokens(body)
-        check_model(chat.get("model"), config.model_name)
+        check_model(chat.get("model"), rt.models)
         return {"input_tokens": count_chat_tokens(chat, rt.tokenizer, RENAMES, rt.features)}
 
     try:

@@ -110,7 +110,7 @@ class ChoiceOutput:
         d = self.parser.feed(text, token_ids)
         d.extend(self.parser.finish())
         calls = merge_tool_deltas(self._calls(d))
-        msg: dict[str, Any] = {"role": "assistant", "content": d.content or None}
+        msg: dict[str, Any] = {"role": "assistant", "content": d.content or None, "refusal": None}
         if self.has_reasoning:
             for f in self.fields:
                 msg[f] = d.reasoning or None

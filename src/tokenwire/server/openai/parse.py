@@ -46,6 +46,7 @@ from tokenwire.server.fields import (
     warn_unknown_fields,
 )
 from tokenwire.server.logprobs import chat_logprobs_request, completion_logprobs_request
+from tokenwire.server.openai.beam import BEAM_FIELDS, beam_request
 from tokenwire.server.openai.tools import forced_schema, output_spec
 from tokenwire.server.template_sandbox import brings_template, render_request_template
 from tokenwire.structured import STRUCTURED_FIELDS, structured_request
@@ -349,7 +350,10 @@ def _common(body: Any, model: str | ServedModels, keys: set[str]) -> tuple[str, 
     lora = lora_path(body, model) or lora
     warn_unknown_fields(body, keys)
     _check_defaults(body)
-    check_refused(body)
+    if body.get("use_beam_search") is True:  # (beam search: served, see beam.py)
+        check_refused({k: v for k, v in body.items() if k not in BEAM_FIELDS})
+    else:
+        check_refused(body)
     return name, lora
 
 
@@ -368,6 +372,7 @@ def parse_completion(
     stream, include_usage, continuous = _stream_flags(body)
     n = _n(body)
     extras = _openai_extras(body)
+    extras.setdefault("return_tokens_as_token_ids", features.return_tokens_as_token_ids)
     truncate = _truncation(body, tok)
     prompts = prompt_ids(
         body["prompt"],
@@ -380,7 +385,9 @@ def parse_completion(
     _truncate(prompts, truncate)
     params = _params(body, tok, prompts, DEFAULT_COMPLETION_MAX_TOKENS, "prompt", limits, features)
     grammar_field = _constrain(params, body, features)
-    top, echo, prompt_top = completion_logprobs_request(body, features.max_logprobs)
+    top, echo, prompt_top = completion_logprobs_request(
+        body, features.max_logprobs, tok.model_vocab_size
+    )
     params.logprobs, params.prompt_logprobs = top, prompt_top
     extras |= _engine_side(body, tok, features, params)
     extras["cached_details"] |= features.prompt_tokens_details
@@ -393,6 +400,7 @@ def parse_completion(
         stream,
         include_usage,
         name,
+        beam=beam_request(body, n, stream),
         continuous_usage=continuous,
         lora=lora,
         echo=_echo_texts(body["prompt"], prompts, tok) if echo else None,
@@ -429,6 +437,7 @@ def parse_chat(
     n = _n(body)
     check_choices(n)
     extras = _openai_extras(body)
+    extras.setdefault("return_tokens_as_token_ids", features.return_tokens_as_token_ids)
     truncate = _truncation(body, tok)
     add_special = flag(body, "add_special_tokens", False)
     if truncate is None:
@@ -448,7 +457,9 @@ def parse_chat(
     prompts = [ids]
     params = _params(body, tok, prompts, None, "messages", limits, features)
     grammar_field = _constrain(params, body, features)
-    params.logprobs, params.prompt_logprobs = chat_logprobs_request(body, features.max_logprobs)
+    params.logprobs, params.prompt_logprobs = chat_logprobs_request(
+        body, features.max_logprobs, tok.model_vocab_size
+    )
     extras |= _engine_side(body, tok, features, params)
     extras["cached_details"] |= features.prompt_tokens_details
     _check_lora(lora, features)
@@ -463,12 +474,9 @@ def parse_chat(
         spec = spec if spec.tools is not None else None
     forced = forced_schema(body)
     if forced is not None:
-        if params.json_schema or params.regex or params.ebnf:
-            raise ValidationError(
-                "tool_choice required or a named function constrains the output itself: drop "
-                "response_format",
-                param="tool_choice",
-            )
+        # tool_choice required or a named function constrains the output itself; with
+        # response_format too, the tool constraint wins (stock vLLM and OpenAI answer 200)
+        params.regex = params.ebnf = params.structural_tag = None
         params.json_schema = forced
         grammar_field = "tool_choice"
     tools_cls = spec.tools if spec is not None else None
@@ -486,6 +494,7 @@ def parse_chat(
         stream,
         include_usage,
         name,
+        beam=beam_request(body, n, stream),
         continuous_usage=continuous,
         lora=lora,
         output=spec,

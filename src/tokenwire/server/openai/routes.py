@@ -1,10 +1,14 @@
-"""The OpenAI routes: ``POST /v1/completions`` and ``POST /v1/chat/completions``."""
+"""The OpenAI routes: ``POST /v1/completions`` and ``POST /v1/chat/completions``, and SageMaker's
+``POST /invocations`` (which vLLM serves): a chat request when the body has ``messages``, else a
+completions request."""
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from tokenwire.messages.errors import ClientDisconnected, ValidationError
 from tokenwire.runtime import Plan
+from tokenwire.server import limits
 from tokenwire.server.fields import request_id
 from tokenwire.server.http import current_scope, header
 from tokenwire.server.openai.parse import parse_chat, parse_completion
@@ -14,7 +18,7 @@ from tokenwire.server.streaming import Subs, serve_plan
 if TYPE_CHECKING:
     from tokenwire.server.app import App, Handler
 
-__all__ = ["ROUTES", "chat", "completions"]
+__all__ = ["ROUTES", "chat", "completions", "invocations"]
 
 
 async def completions(app: App, receive: Any, send: Any) -> None:
@@ -25,6 +29,30 @@ async def completions(app: App, receive: Any, send: Any) -> None:
 async def chat(app: App, receive: Any, send: Any) -> None:
     """``POST /v1/chat/completions``."""
     await _openai(app, receive, send, "chat")
+
+
+async def invocations(app: App, receive: Any, send: Any) -> None:
+    """``POST /invocations`` (SageMaker's, as vLLM serves it): the body read once, then served
+    as a chat completion when it has ``messages``, else as a completion."""
+    try:
+        raw = await limits.read_body(receive)
+    except ClientDisconnected:
+        return
+    try:
+        body = limits.decode_json(raw)
+    except ValidationError:  # (the route it goes to says what is wrong with it)
+        body = None
+    route = "chat" if isinstance(body, dict) and "messages" in body else "completion"
+    sent = False
+
+    async def replay() -> dict[str, Any]:
+        nonlocal sent
+        if not sent:
+            sent = True
+            return {"type": "http.request", "body": raw, "more_body": False}
+        return await receive()
+
+    await _openai(app, replay, send, route)
 
 
 async def _openai(app: App, receive: Any, send: Any, route: str) -> None:
@@ -58,4 +86,5 @@ async def _openai(app: App, receive: Any, send: Any, route: str) -> None:
 ROUTES: dict[tuple[str, str], Handler] = {
     ("POST", "/v1/completions"): completions,
     ("POST", "/v1/chat/completions"): chat,
+    ("POST", "/invocations"): invocations,
 }

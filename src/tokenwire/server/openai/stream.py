@@ -9,6 +9,7 @@ from tokenwire.messages.egress import Error, Frame
 from tokenwire.runtime import Plan, Runtime
 from tokenwire.server.http import SSE_DONE, sse
 from tokenwire.server.logprobs import ChoiceLogprobs, TokenStrings
+from tokenwire.server.openai.beam import beam_search
 from tokenwire.server.openai.chat_output import ChoiceOutput
 from tokenwire.server.openai.chunks import (
     ChunkWriter,
@@ -26,7 +27,10 @@ __all__ = ["OpenAIStreamer", "choice_logprobs", "collect_openai"]
 async def collect_openai(
     rt: Runtime, plan: Plan, subs: Subs, eos: tuple[int, ...]
 ) -> tuple[int, Any]:
-    got = await gather(rt, subs)
+    if plan.beam is not None:  # (vLLM's beam search, in the frontend)
+        got = await beam_search(rt, plan)
+    else:
+        got = await gather(rt, subs)
     if not isinstance(got, Gathered):
         return got
     choices = []
@@ -44,10 +48,13 @@ async def collect_openai(
             extras = [e for x in got.extras[index] for e in (x if isinstance(x, list) else [x])]
             lp = logprobs[index].take(got.ids[index], extras)
             prompt_logprobs = logprobs[index].prompt_logprobs
-        if plan.return_token_ids:
-            choice["token_ids"] = got.ids[index]
-            if plan.route != "chat":
-                choice["prompt_token_ids"] = plan.prompts[index // plan.n]
+        # vLLM writes these keys always, null when unused (clients read them as attributes)
+        choice["token_ids"] = got.ids[index] if plan.return_token_ids else None
+        if plan.route != "chat":
+            choice["prompt_logprobs"] = None
+            choice["prompt_token_ids"] = (
+                plan.prompts[index // plan.n] if plan.return_token_ids else None
+            )
         if plan.route == "chat" and plan.output is not None:
             parsed = ChoiceOutput(
                 plan.output,
@@ -61,7 +68,7 @@ async def collect_openai(
             if reasoning_tokens is not None:
                 reasoning_tokens += parsed.reasoning_tokens
         elif plan.route == "chat":
-            choice["message"] = {"role": "assistant", "content": text}
+            choice["message"] = {"role": "assistant", "content": text, "refusal": None}
         else:
             choice["text"] = text
         choice |= {
@@ -87,6 +94,8 @@ async def collect_openai(
             cached_details=plan.cached_details,
         ),
     }
+    if plan.route == "chat":  # vLLM writes these keys always, null when unused
+        body |= {"prompt_logprobs": None, "prompt_token_ids": None, "prompt_text": None}
     body |= _chat_prompt_fields(plan)
     if prompt_logprobs is not None and plan.route == "chat":
         body["prompt_logprobs"] = prompt_logprobs  # vLLM: one prompt, at the top level

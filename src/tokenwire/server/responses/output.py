@@ -73,8 +73,9 @@ def response_object(
     incomplete: dict[str, Any] | None = None,
     error: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """The response object of ``req`` in its current state."""
-    return {
+    """The response object of ``req`` in its current state (``usage`` only once it is known:
+    OpenAI's document has no null usage)."""
+    body = {
         "id": req.id,
         "object": "response",
         "created_at": created,
@@ -86,8 +87,10 @@ def response_object(
         "output": output or [],
         **req.echo,
         "store": req.store,
-        "usage": usage,
     }
+    if usage is not None:
+        body["usage"] = usage
+    return body
 
 
 def _message(text: str, status: str, item_id: str | None = None) -> dict[str, Any]:
@@ -96,7 +99,7 @@ def _message(text: str, status: str, item_id: str | None = None) -> dict[str, An
         "type": "message",
         "role": "assistant",
         "status": status,
-        "content": [{"type": "output_text", "text": text, "annotations": []}],
+        "content": [{"type": "output_text", "text": text, "annotations": [], "logprobs": []}],
     }
 
 
@@ -246,7 +249,7 @@ class ResponseEvents:
         if kind == "message":
             item = _message("", "in_progress")
             item["content"] = []
-            part = {"type": "output_text", "text": "", "annotations": []}
+            part = {"type": "output_text", "text": "", "annotations": [], "logprobs": []}
         else:
             item = _reasoning("", "in_progress")
             item["content"] = []
@@ -312,7 +315,9 @@ class ResponseEvents:
         if item.kind == "function_call":
             assert item.call is not None
             whole = _call(item.call[1], item.name, text, status, item.id)
-            done = self.event("response.function_call_arguments.done", **at, arguments=text)
+            done = self.event(
+                "response.function_call_arguments.done", **at, name=item.name, arguments=text
+            )
         elif item.kind == "message":
             whole = _message(text, status, item.id)
             part = whole["content"][0]

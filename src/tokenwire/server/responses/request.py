@@ -335,6 +335,14 @@ def _text_format(text: Any) -> tuple[dict[str, Any] | None, dict[str, Any]]:
     )
 
 
+def _echoed_tool(tool: Any) -> Any:
+    """A tool as the response echoes it: a function tool with ``strict`` and ``parameters``
+    (null when not given; OpenAI's document requires both)."""
+    if isinstance(tool, dict) and tool.get("type") == "function":
+        return {**tool, "strict": tool.get("strict"), "parameters": tool.get("parameters")}
+    return tool
+
+
 def _reasoning(reasoning: Any) -> tuple[str | None, dict[str, Any]]:
     """``reasoning.effort`` (passed to the chat template), and the reasoning object echoed."""
     if reasoning is None:
@@ -448,11 +456,12 @@ def read_request(body: Any, history_of: Callable[[str], list[dict[str, Any]]]) -
         "temperature": body.get("temperature"),
         "text": {"format": fmt},
         "tool_choice": body.get("tool_choice") or "auto",
-        "tools": body.get("tools") or [],
+        "tools": [_echoed_tool(t) for t in body.get("tools") or []],
         "top_p": body.get("top_p"),
         "truncation": "disabled",
-        "user": body.get("user"),
     }
+    if body.get("user") is not None:  # (a string in OpenAI's document, never null)
+        echo["user"] = body["user"]
     return ResponsesRequest(
         chat,
         history,

@@ -230,7 +230,7 @@ async def create(app: App, receive: Any, send: Any) -> None:
         plan = parse_as_chat(
             req.chat,
             rt.tokenizer,
-            config.model_name,
+            rt.models,
             RENAMES,
             limits=config.limits,
             features=rt.features,
