@@ -55,7 +55,7 @@ from tokenwire.runtime.plan import Plan
 from tokenwire.shard import DetokShard
 from tokenwire.tokenizer import Tokenizer
 
-__all__ = ["Runtime"]
+__all__ = ["MAX_GATHERED_LOGPROBS", "Runtime", "check_gathered_logprobs"]
 
 log = logging.getLogger("tokenwire.runtime")
 
@@ -254,6 +254,8 @@ class Runtime:
         if self.draining:
             raise QueueFullError("the server is shutting down")
         choices = plan.choices
+        if not plan.stream:
+            check_gathered_logprobs(plan, self.tokenizer.max_model_len)
         if len(self.shard) + choices > self.config.max_concurrent_requests:
             raise OverloadedError(
                 f"too many requests in flight (limit {self.config.max_concurrent_requests})"
@@ -353,3 +355,36 @@ class Runtime:
 
     def finished(self) -> None:
         self.metrics.in_flight.set(len(self.shard))
+
+
+#: Most logprob entries (positions times one plus the top alternatives) a response that is not
+#: streamed may gather before it is written: past it the request is refused (a streamed one
+#: sends them as they come, and keeps none). A few hundred MB at the limit (completions: 420,000
+#: entries made a 12 MB body and 28 MB of RSS).
+MAX_GATHERED_LOGPROBS = 4 << 20
+
+
+def check_gathered_logprobs(plan: Plan, context: int | None) -> None:
+    """Refuse a request whose whole response would hold more than ``MAX_GATHERED_LOGPROBS``
+    logprob entries: choices times ``max_tokens`` (the rest of the context when unset) times one
+    plus the top alternatives, and the prompts' when ``prompt_logprobs`` is asked."""
+    params = plan.params
+    if params.logprobs is None and params.prompt_logprobs is None:
+        return
+    longest = max((len(p) for p in plan.prompts), default=0)
+    room = params.max_new_tokens
+    if room is None:
+        room = max(0, (context or 0) - longest) or 1 << 20
+    total = 0
+    if params.logprobs is not None:
+        total += plan.choices * room * (1 + params.logprobs)
+    if params.prompt_logprobs is not None:
+        total += sum(len(p) for p in plan.prompts) * plan.n * (1 + params.prompt_logprobs)
+    if total > MAX_GATHERED_LOGPROBS:
+        raise ValidationError(
+            f"this response would gather up to {total} logprob entries (choices {plan.choices} "
+            f"x max_tokens {room} x (1 + top logprobs {params.logprobs or 0}), with the "
+            f"prompt's): more than the {MAX_GATHERED_LOGPROBS} a response that is not streamed "
+            "may hold; stream it, or ask for fewer choices, tokens or top logprobs",
+            param="logprobs",
+        )
