@@ -98,7 +98,7 @@ Row = tuple[str, str, str]
 def _request(path: str, body: dict) -> bytes:
     data = json.dumps(body).encode()
     return (
-        f"POST {path} HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+        f"POST {path} HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\n"
         f"Content-Length: {len(data)}\r\n\r\n"
     ).encode() + data
 
@@ -133,7 +133,7 @@ async def _stream(port: int, payload: bytes) -> tuple[float, float, bool]:
 async def _get(port: int, path: str) -> tuple[int, bytes, float]:
     start = time.perf_counter()
     reader, writer = await asyncio.open_connection("127.0.0.1", port)
-    writer.write(f"GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n".encode())
+    writer.write(f"GET {path} HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n".encode())
     data = await reader.read()
     writer.close()
     status = int(data.split(b" ", 2)[1]) if data.startswith(b"HTTP/") else 0
@@ -256,7 +256,7 @@ async def slowloris(port: int) -> tuple[str, str, str]:
     for _ in range(SLOWLORIS):
         try:
             reader, writer = await asyncio.open_connection("127.0.0.1", port)
-            writer.write(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\n")
+            writer.write(b"POST /v1/completions HTTP/1.1\r\nHost: localhost\r\n")
             conns.append((reader, writer))
         except OSError:
             pass
@@ -326,7 +326,7 @@ def _raw(
     """One request as raw HTTP/1.1, ``Connection: close``."""
     if isinstance(body, dict):
         body = json.dumps(body).encode()
-    lines = [f"{method} {path} HTTP/1.1", "Host: x", "Connection: close"]
+    lines = [f"{method} {path} HTTP/1.1", "Host: localhost", "Connection: close"]
     lines += [f"{k}: {v}" for k, v in headers]
     if body is not None:
         lines += ["Content-Type: application/json"] if json_type else []
@@ -696,7 +696,7 @@ async def _connect_probe(port: int) -> str:
     except (OSError, asyncio.TimeoutError):
         return "failed"
     try:
-        writer.write(b"GET /health HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+        writer.write(b"GET /health HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n")
         line = await asyncio.wait_for(reader.readline(), 1)
         return f"answered {line.split()[1].decode()}" if line.startswith(b"HTTP/") else "closed"
     except asyncio.TimeoutError:

@@ -135,7 +135,7 @@ def tls_request(port: int, context: ssl.SSLContext, path: str = "/health") -> by
         socket.create_connection(("127.0.0.1", port), timeout=10) as raw,
         context.wrap_socket(raw, server_hostname="127.0.0.1") as tls,
     ):
-        tls.sendall(f"GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n".encode())
+        tls.sendall(f"GET {path} HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n".encode())
         reply = b""
         while chunk := tls.recv(65536):
             reply += chunk
