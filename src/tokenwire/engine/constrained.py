@@ -434,9 +434,11 @@ class ConstrainedDecoder:
         return None
 
     def _stripped(self, tok: int) -> int:
-        """``tok`` without its leading space, when that is one token (a string's first word)."""
+        """``tok`` without its leading space, when that is one token (a string's first word).
+        A token that ends inside a character is kept as it is: its decoded text stands in
+        U+FFFD for the bytes that are missing, and that text is not the token's rest."""
         text = self.t.texts[tok]
-        if len(text) > 1 and text[0] == " ":
+        if len(text) > 1 and text[0] == " " and "\ufffd" not in text:
             got = self.t.encode(text[1:])
             if len(got) == 1:
                 return got[0]
