@@ -731,19 +731,26 @@ def test_lora_adapter_as_stock_vllm(stock, ours):
     )
 
 
-def test_loading_a_lora_adapter_that_is_not_there_or_not_one_as_stock_vllm(stock, ours):
-    """vLLM's statuses: 404 for a path with no adapter, 400 for one the engine cannot load (the
-    model's own folder); tokenwire's bodies name neither the engine's paths nor its files."""
-    missing = {"lora_name": "gone", "lora_path": ENV["lora"] + "-missing"}
-    not_lora = {"lora_name": "notlora", "lora_path": ENV["model"]}
-    for body, status in ((missing, 404), (not_lora, 400)):
+def test_loading_a_lora_adapter_that_is_not_there_or_not_one_as_stock_vllm(stock, ours, tmp_path):
+    """vLLM's statuses: 404 for a path with no adapter (a missing folder, the model's own), 400
+    for one the engine cannot load (a rank past --max-lora-rank); tokenwire's bodies name
+    neither the engine's paths nor its files."""
+    config = json.loads(Path(ENV["lora"], "adapter_config.json").read_text())
+    Path(tmp_path, "adapter_config.json").write_text(json.dumps({**config, "r": 64}))
+    shutil.copy(Path(ENV["lora"], "adapter_model.safetensors"), tmp_path)
+    cases = [
+        ({"lora_name": "gone", "lora_path": ENV["lora"] + "-missing"}, 404),
+        ({"lora_name": "notlora", "lora_path": ENV["model"]}, 404),
+        ({"lora_name": "toobig", "lora_path": str(tmp_path)}, 400),
+    ]
+    for body, status in cases:
         a = httpx.post(stock.url + "/v1/load_lora_adapter", json=body, timeout=60)
         b = httpx.post(ours.url + "/v1/load_lora_adapter", json=body, timeout=60)
         assert a.status_code == b.status_code == status, (a.text, b.text)
         assert b.json()["error"]["type"] == a.json()["error"]["type"]
-        assert ENV["model"] not in b.text and ENV["lora"] not in b.text
+        assert body["lora_path"] not in b.text and ENV["model"] not in b.text
     names = [m.id for m in ours.client.models.list().data]
-    assert "gone" not in names and "notlora" not in names
+    assert not {"gone", "notlora", "toobig"} & set(names)
 
 
 LONG_PROMPT = " ".join(f"word{i}" for i in range(150))  # about 400 tokens: 25 cache blocks
