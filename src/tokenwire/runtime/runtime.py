@@ -59,6 +59,9 @@ __all__ = ["MAX_GATHERED_LOGPROBS", "Runtime", "check_gathered_logprobs"]
 
 log = logging.getLogger("tokenwire.runtime")
 
+#: The ``SamplingParams`` fields a grammar comes in (a refusal naming one is renamed to the
+#: request's own field).
+_GRAMMAR_FIELDS = ("json_schema", "regex", "ebnf", "structural_tag")
 #: Seconds between snapshots of a worker's metrics (several API-server processes).
 _METRICS_PERIOD = 1.0
 #: Seconds between checks that the engine is still alive.
@@ -236,14 +239,15 @@ class Runtime:
 
     # ---- request side ----------------------------------------------------------------------------
 
-    async def check_grammar(self, plan: Plan) -> None:
-        """Before ``submit``: the engine compiles the request's grammar (off the event loop); one
-        its grammar library refuses is a 400 naming the request's field."""
+    async def check_grammar(self, plan: Plan, client: str | None = None) -> None:
+        """Before ``submit``: the engine compiles the request's grammar (off the event loop, in
+        ``client``'s turn); one its grammar library refuses is a 400 naming the request's
+        field."""
         try:
-            await check_grammar(self.engine, plan.params)
+            await check_grammar(self.engine, plan.params, client)
         except ValidationError as exc:
             field = plan.grammar_field
-            if field is None or exc.param is None or field == exc.param:
+            if field is None or exc.param not in _GRAMMAR_FIELDS or field == exc.param:
                 raise
             raise ValidationError(exc.detail.replace(exc.param, field, 1), param=field) from None
 

@@ -44,6 +44,7 @@ __all__ = [
     "OPEN_PATHS",
     "Security",
     "SecurityConfig",
+    "client_key",
     "host_name",
     "request_key",
 ]
@@ -79,6 +80,18 @@ class ApiKey:
 def request_key(scope: dict) -> ApiKey | None:
     """The key a request was admitted with, or None when the server requires none."""
     return scope.get(KEY_SCOPE)
+
+
+def client_key(scope: dict | None) -> str | None:
+    """Who a request is from, for fairness between clients: its API key's id when keys are
+    required, else its peer's address (None when neither is known)."""
+    if scope is None:
+        return None
+    key = request_key(scope)
+    if key is not None:
+        return "key:" + key.id
+    peer = scope.get("client")
+    return None if not peer else "peer:" + str(peer[0])
 
 
 @dataclass(frozen=True)
