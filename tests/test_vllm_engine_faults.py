@@ -208,6 +208,7 @@ def test_a_second_engine_saying_hello_as_a_serving_rank_is_refused(caplog):
         assert t.is_alive(), bodies[0][-300:]
         assert srv.engine.engines[0]["in_flight"] == 1 and srv.health() == 200
         assert srv.one() == "length"
+        srv.mocks[-1].kill()  # (the newcomer waits for an answer that does not come)
 
 
 def test_which_handshake_addresses_are_loopback():
