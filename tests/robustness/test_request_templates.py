@@ -116,6 +116,6 @@ def test_slow_request_templates_do_not_hold_up_other_requests(server, monkeypatc
     loaded = _plain_100kb(server.url)
     for t in threads:
         t.join(120)
-    assert loaded < 5 * quiet + 1.0, (quiet, loaded)
+    assert loaded < 5 * quiet + 3.0, (quiet, loaded)  # (on main: 15 s)
     assert sorted(set(statuses)) == [400, 429], statuses
     assert statuses.count(429) >= 2
