@@ -190,3 +190,17 @@ async def test_a_grammar_that_cannot_finish_within_max_tokens_is_a_400(app):
     )
     assert resp.status == 200
     json.loads(resp.json()["choices"][0]["message"]["content"])
+
+
+def test_the_grammar_bounds_are_flags():
+    from tokenwire.entrypoints.cli import build_parser
+    from tokenwire.entrypoints.options.engine import mock_engine_args, synthetic_config
+
+    args = build_parser().parse_args(
+        ["serve", "--grammar-cpu-seconds", "2.5", "--grammar-compile-timeout", "0"]
+    )
+    config = synthetic_config(args)
+    assert config.grammar_cpu_seconds == 2.5 and config.grammar_compile_timeout is None
+    assert "--grammar-cpu-seconds" in mock_engine_args(args)  # (engines in their own processes)
+    default = synthetic_config(build_parser().parse_args(["serve"]))
+    assert default.grammar_cpu_seconds == default.grammar_compile_timeout == 10.0
