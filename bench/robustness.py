@@ -42,10 +42,10 @@ Hostile requests (issue 28), each against what it used to do:
 
 What the probe of issue 38 broke, each against a quiet baseline in the same run:
 
-18. ``grammar_stall``: a plain stream's inter-token gaps (p50 / max) alone, then beside a
-    constrained request whose every token is costly (``\\p{L}{3000}``).
-19. ``grammar_fair``: one client's trivial JSON schema compiled alone, then while another client
-    (another API key) compiles 8 distinct heavy regexes.
+18. ``grammar_stall`` (not in the default set: see ``ALL``): a plain stream's inter-token gaps
+    (p50 / max) alone, then beside a constrained request whose every token is costly.
+19. ``grammar_fair`` (not in the default set): one client's trivial JSON schema compiled alone,
+    then while another client (another API key) compiles 8 distinct heavy regexes.
 20. ``count_tokens``: a 30 MB prompt to /v1/messages/count_tokens: the time to the 400, RSS.
 21. ``many_messages``: 300,000 empty chat messages, Responses reasoning items, Messages system
     blocks: the time to each 400.
@@ -112,9 +112,13 @@ HEADER_TIMEOUT = 5.0
 HEADER_LIMIT = 4 << 20
 ALL = (
     "held,non_reading,storm,slowloris,soak,huge_prompt,headers,unknown_fields,role,engine_stall,"
-    "engine_restart,drain,bad_message,templates,health_port,batch_limit,origin,grammar_stall,"
-    "grammar_fair,count_tokens,many_messages,template_queue,logprobs,handshake,tls_idle"
+    "engine_restart,drain,bad_message,templates,health_port,batch_limit,origin,count_tokens,"
+    "many_messages,template_queue,logprobs,handshake,tls_idle"
 )
+# grammar_stall and grammar_fair are not in the default set: /generate checks a regex with RE2,
+# which refuses a repetition past 1000, so \p{L}{3000} is a 400 before any grammar work and the
+# two measure nothing yet; they need a heavy grammar the request checks admit (an ebnf or a
+# JSON schema). tests/robustness/test_grammar_isolation.py measures both at the engine.
 Row = tuple[str, str, str]
 
 
