@@ -164,7 +164,8 @@ def wait_port(port: int, proc: subprocess.Popen, timeout: float = 60, path: str 
             with socket.create_connection(("127.0.0.1", port), timeout=0.5) as s:
                 if not path:
                     return
-                s.sendall(f"GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n".encode())
+                head = f"GET {path} HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n"
+                s.sendall(head.encode())
                 if s.recv(64).startswith(b"HTTP/1.1 200"):
                     return
         except OSError:

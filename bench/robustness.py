@@ -37,12 +37,31 @@ Hostile requests (issue 28), each against what it used to do:
     of /health probes (one per 100 ms, 1 s timeout) answered on ``--health-port`` and on the main
     port.
 16. ``batch_limit``: 20,000 texts of 1 KB to /generate and /v1/completions; the time to the 400.
-17. ``origin``: a POST without Content-Type from another origin, the server's own, and none; the
-    statuses.
+17. ``origin``: a POST without Content-Type from another origin, the server's own, and none, and
+    a DNS-rebinding page (its own name in Host and Origin); the statuses.
+
+What the probe of issue 38 broke, each against a quiet baseline in the same run:
+
+18. ``grammar_stall`` (not in the default set: see ``ALL``): a plain stream's inter-token gaps
+    (p50 / max) alone, then beside a constrained request whose every token is costly.
+19. ``grammar_fair`` (not in the default set): one client's trivial JSON schema compiled alone,
+    then while another client (another API key) compiles 8 distinct heavy regexes.
+20. ``count_tokens``: a 30 MB prompt to /v1/messages/count_tokens: the time to the 400, RSS.
+21. ``many_messages``: 300,000 empty chat messages, Responses reasoning items, Messages system
+    blocks: the time to each 400.
+22. ``template_queue``: a plain 100 KB completion alone, then beside 12 request templates that
+    run to their time limit (``--trust-request-chat-template``); their statuses.
+23. ``logprobs``: n=128 x 30,000 tokens x 20 top logprobs, not streamed: the time to the 400.
+24. ``handshake``: two-frame messages on the handshake port, then the engine killed and started
+    again (the time to /health 200), and a second engine saying HELLO as the serving rank
+    (how the stream on the live one ended).
+25. ``tls_idle``: 5,000 TCP connections to the HTTPS port that never start TLS
+    (``--max-connections 64 --header-timeout 2``): a fresh TLS client's time to /health, alone
+    and beside them, and the server's descriptors.
 
 Environment: STREAMS=1000 STORM=500 SLOWLORIS=500 SOAK=20000 HUGE=8 HUGE_MB=20 HEADERS=16
 HEADER_MB=32 FIELDS=12 FIELD_MB=25 ENGINE_STALL=2 DRAIN_S=5 FLOOD=2000 FLOOD_CAP=256
-FLOOD_SECONDS=10 BATCH=20000, SCENARIOS=held,non_reading,storm,slowloris,soak,huge_prompt,...
+FLOOD_SECONDS=10 BATCH=20000 TLS_IDLE=5000, SCENARIOS=held,non_reading,storm,slowloris,soak,...
 (a subset, in any order; all of them by default).
 """
 
@@ -50,11 +69,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import itertools
 import json
 import multiprocessing
 import os
 import signal
 import socket
+import ssl
 import subprocess
 import sys
 import threading
@@ -85,20 +106,26 @@ FLOOD = int(os.environ.get("FLOOD", "2000"))
 FLOOD_CAP = int(os.environ.get("FLOOD_CAP", "256"))
 FLOOD_SECONDS = float(os.environ.get("FLOOD_SECONDS", "10"))
 BATCH = int(os.environ.get("BATCH", "20000"))
+TLS_IDLE = int(os.environ.get("TLS_IDLE", "5000"))
 HEADER_TIMEOUT = 5.0
 #: The server's limit on a request's line and headers (--h11-max-incomplete-event-size).
 HEADER_LIMIT = 4 << 20
 ALL = (
     "held,non_reading,storm,slowloris,soak,huge_prompt,headers,unknown_fields,role,engine_stall,"
-    "engine_restart,drain,bad_message,templates,health_port,batch_limit,origin"
+    "engine_restart,drain,bad_message,templates,health_port,batch_limit,origin,count_tokens,"
+    "many_messages,template_queue,logprobs,handshake,tls_idle"
 )
+# grammar_stall and grammar_fair are not in the default set: /generate checks a regex with RE2,
+# which refuses a repetition past 1000, so \p{L}{3000} is a 400 before any grammar work and the
+# two measure nothing yet; they need a heavy grammar the request checks admit (an ebnf or a
+# JSON schema). tests/robustness/test_grammar_isolation.py measures both at the engine.
 Row = tuple[str, str, str]
 
 
 def _request(path: str, body: dict) -> bytes:
     data = json.dumps(body).encode()
     return (
-        f"POST {path} HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+        f"POST {path} HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\n"
         f"Content-Length: {len(data)}\r\n\r\n"
     ).encode() + data
 
@@ -133,7 +160,7 @@ async def _stream(port: int, payload: bytes) -> tuple[float, float, bool]:
 async def _get(port: int, path: str) -> tuple[int, bytes, float]:
     start = time.perf_counter()
     reader, writer = await asyncio.open_connection("127.0.0.1", port)
-    writer.write(f"GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n".encode())
+    writer.write(f"GET {path} HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n".encode())
     data = await reader.read()
     writer.close()
     status = int(data.split(b" ", 2)[1]) if data.startswith(b"HTTP/") else 0
@@ -256,7 +283,7 @@ async def slowloris(port: int) -> tuple[str, str, str]:
     for _ in range(SLOWLORIS):
         try:
             reader, writer = await asyncio.open_connection("127.0.0.1", port)
-            writer.write(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\n")
+            writer.write(b"POST /v1/completions HTTP/1.1\r\nHost: localhost\r\n")
             conns.append((reader, writer))
         except OSError:
             pass
@@ -326,7 +353,7 @@ def _raw(
     """One request as raw HTTP/1.1, ``Connection: close``."""
     if isinstance(body, dict):
         body = json.dumps(body).encode()
-    lines = [f"{method} {path} HTTP/1.1", "Host: x", "Connection: close"]
+    lines = [f"{method} {path} HTTP/1.1", "Host: localhost", "Connection: close"]
     lines += [f"{k}: {v}" for k, v in headers]
     if body is not None:
         lines += ["Content-Type: application/json"] if json_type else []
@@ -485,10 +512,13 @@ async def origin(port: int) -> Row:
     out = []
     for who, head in (
         ("another origin", (("Origin", "http://attacker.example"),)),
-        ("its own", (("Origin", "http://x"),)),
+        ("its own", (("Origin", "http://localhost"),)),
         ("no Origin", ()),
+        ("a rebinding page (Host and Origin its own name)", (("Origin", "http://rebind.example"),)),
     ):
         data = _raw("POST", "/v1/completions", body, head, json_type=False)
+        if who.startswith("a rebinding"):
+            data = data.replace(b"Host: localhost", b"Host: rebind.example", 1)
         status, _, _ = await asyncio.to_thread(_exchange, port, data)
         out.append(f"{who} {status}")
     return "POST without Content-Type, from a web page", "; ".join(out), "-"
@@ -696,7 +726,7 @@ async def _connect_probe(port: int) -> str:
     except (OSError, asyncio.TimeoutError):
         return "failed"
     try:
-        writer.write(b"GET /health HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+        writer.write(b"GET /health HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n")
         line = await asyncio.wait_for(reader.readline(), 1)
         return f"answered {line.split()[1].decode()}" if line.startswith(b"HTTP/") else "closed"
     except asyncio.TimeoutError:
@@ -937,6 +967,275 @@ async def health_port() -> Row:
     )
 
 
+# ---- issue 38 ------------------------------------------------------------------------------
+
+
+async def _gaps(port: int, payload: bytes) -> list[float]:
+    """A stream's gaps between the reads that brought tokens (seconds, sorted)."""
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    writer.write(payload)
+    times = []
+    tail = b""
+    try:
+        while chunk := await reader.read(1 << 16):
+            times.append(time.perf_counter())
+            tail = (tail + chunk)[-32:]
+            if b"data: [DONE]" in tail:
+                break
+    finally:
+        writer.close()
+    return sorted(b - a for a, b in itertools.pairwise(times[1:]))  # (after the first)
+
+
+def _gap_text(gaps: list[float]) -> str:
+    return f"gaps p50 {pct(gaps, 50) * 1e3:.0f} / max {max(gaps) * 1e3:.0f} ms"
+
+
+HEAVY_REGEX = r"\p{L}{3000}"
+
+
+def _generate_regex(regex: str, tokens: int, key: str | None = None) -> bytes:
+    body = {"text": "Tell me.", "sampling_params": {"regex": regex, "max_new_tokens": tokens}}
+    head = (("Authorization", f"Bearer {key}"),) if key else ()
+    return _raw("POST", "/generate", body, head)
+
+
+async def grammar_stall(port: int) -> Row:
+    plain = _completion(150)
+    quiet = await _gaps(port, plain)
+    _, writer = await asyncio.open_connection("127.0.0.1", port)
+    writer.write(_generate_regex(HEAVY_REGEX, 4000))  # (not read: it runs until hung up)
+    await asyncio.sleep(6)  # its compile and first rollout, in the pool
+    with _Health(port) as health:
+        loaded = await _gaps(port, plain)
+    writer.close()  # (the client goes: the request is aborted)
+    result = f"alone: {_gap_text(quiet)}; beside {HEAVY_REGEX}: {_gap_text(loaded)}"
+    return "a costly grammar beside a plain stream (150 tokens)", result, health.text()
+
+
+async def grammar_fair() -> Row:
+    props = {"a": {"type": "string"}, "b": {"type": "string"}}
+    schema = {"type": "object", "properties": props}
+
+    def chat(props: str) -> bytes:
+        body = {
+            "messages": [{"role": "user", "content": "hi"}],
+            "max_tokens": 16,
+            "response_format": {
+                "type": "json_schema",
+                "json_schema": {"name": "x", "schema": {**schema, "required": [props]}},
+            },
+        }
+        return _raw("POST", "/v1/chat/completions", body, (("Authorization", "Bearer kb"),))
+
+    with _server("--api-key", "ka", "kb", "--step-time-ms", "20") as (port, _):
+        warm = await asyncio.to_thread(_exchange, port, _generate_regex("[ab]+", 4, "ka"))
+        quiet = await asyncio.to_thread(_exchange, port, chat("a"))
+        # (max_new_tokens 100: each is compiled, its rollout run, then refused as unfinishable)
+        heavy = [_generate_regex(rf"\p{{L}}{{{3000 + i}}}", 100, "ka") for i in range(8)]
+        pending = asyncio.ensure_future(_exchanges(port, heavy))
+        await asyncio.sleep(0.5)
+        loaded = await asyncio.to_thread(_exchange, port, chat("b"))
+        took = [r[2] for r in await pending]
+    result = (
+        f"client B's schema alone {quiet[0]} in {quiet[2] * 1e3:.0f} ms; while client A compiles "
+        f"8 heavy regexes {loaded[0]} in {loaded[2] * 1e3:.0f} ms (A's: {_statuses(await pending)}"
+        f", the last after {max(took):.1f} s; warm-up {warm[0]})"
+    )
+    return "grammar compiles, two clients (API keys)", result, "-"
+
+
+async def count_tokens(port: int, pid: int) -> Row:
+    body = {"messages": [{"role": "user", "content": "7" * 30_000_000}]}
+    before = _rss(pid)
+    with _Health(port) as health, _Rss(pid) as rss:
+        status, _, took = await asyncio.to_thread(
+            _exchange, port, _raw("POST", "/v1/messages/count_tokens", body)
+        )
+    result = (
+        f"{status} in {took:.2f} s; RSS {before:.0f} / {rss.peak:.0f} / {_rss(pid):.0f} MiB "
+        "(before / peak / after)"
+    )
+    return "count_tokens, a 30 MB prompt", result, health.text()
+
+
+async def many_messages(port: int) -> Row:
+    empty = [{"role": "user", "content": ""}] * 300_000
+    cases = {
+        "chat": ("/v1/chat/completions", {"messages": empty, "max_tokens": 1}),
+        "Responses reasoning items": (
+            "/v1/responses",
+            {"input": [{"type": "reasoning", "summary": []}] * 300_000},
+        ),
+        "Messages system blocks": (
+            "/v1/messages",
+            {
+                "max_tokens": 1,
+                "system": [{"type": "text", "text": ""}] * 300_000,
+                "messages": [{"role": "user", "content": "x"}],
+            },
+        ),
+    }
+    out = []
+    with _Health(port) as health:
+        for name, (path, body) in cases.items():
+            status, _, took = await asyncio.to_thread(_exchange, port, _raw("POST", path, body))
+            out.append(f"{name} {status} in {took:.2f} s")
+    return "300,000 messages or items", "; ".join(out), health.text()
+
+
+async def template_queue() -> Row:
+    plain = _raw("POST", "/v1/completions", {"prompt": "lorem ipsum " * 8500, "max_tokens": 2})
+    slow = HOSTILE_TEMPLATES["10^4 x 10^4 loops"]
+    with _server("--trust-request-chat-template", "--step-time-ms", "20") as (port, _):
+        await _template(port, PLAIN_TEMPLATE)  # (the worker processes start)
+        quiet = min([(await asyncio.to_thread(_exchange, port, plain))[2] for _ in range(2)])
+        slow_ones = asyncio.gather(*(_template(port, slow) for _ in range(12)))
+        await asyncio.sleep(0.3)
+        with _Health(port) as health:
+            status, _, loaded = await asyncio.to_thread(_exchange, port, plain)
+        results = await slow_ones
+    statuses = ", ".join(f"{s} x{n}" for s, n in sorted(Counter(r[0] for r in results).items()))
+    result = (
+        f"alone {quiet * 1e3:.0f} ms; beside the 12 templates {status} in {loaded * 1e3:.0f} ms "
+        f"(the templates: {statuses})"
+    )
+    return "a plain 100 KB completion beside 12 slow request templates", result, health.text()
+
+
+async def logprobs(port: int) -> Row:
+    body = {"prompt": "hi", "n": 128, "max_tokens": 30_000, "logprobs": 20, "ignore_eos": True}
+    status, answer, took = await asyncio.to_thread(
+        _exchange, port, _raw("POST", "/v1/completions", body)
+    )
+    said = json.loads(answer)["error"]["message"][:60] if status == 400 else ""
+    return (
+        "n=128 x 30,000 tokens x 20 logprobs, not streamed",
+        f"{status} in {took:.2f} s ({said}...)",
+        "-",
+    )
+
+
+def _handshake_junk(address: str) -> None:
+    import zmq
+
+    from tokenwire.engine.vllm import protocol as wire
+
+    ctx = zmq.Context()
+    try:
+        sock = ctx.socket(zmq.DEALER)
+        sock.setsockopt(zmq.IDENTITY, wire.engine_identity(0))
+        sock.setsockopt(zmq.LINGER, 1000)
+        sock.connect(address)
+        for frames in ([b"a", b"b"], [b"\xc1"], [b"x", b"y", b"z"]):
+            sock.send_multipart(frames)
+        sock.close()
+    finally:
+        ctx.term()
+
+
+async def handshake() -> list[Row]:
+    rows = []
+    with _engines(1) as e:
+        await asyncio.to_thread(_handshake_junk, e.address)
+        await asyncio.sleep(0.5)
+        e.mocks[0].kill()
+        await _until_health(e.port, 503, 20)
+        t0 = time.perf_counter()
+        e.mocks.append(_mock(e.address, 0))
+        back = await _until_health(e.port, 200, 120)
+        first = await _one(e.port)
+        rows.append(
+            (
+                "handshake port: two-frame messages, then the engine restarted",
+                f"restarted mock-engine to /health 200 in {time.perf_counter() - t0:.1f} s "
+                f"({back:.1f} s polling), then a request {first}",
+                "-",
+            )
+        )
+        streams = await _streams(e.port, 1, 1500)
+        e.mocks.append(_mock(e.address, 0))  # a second engine in rank 0's name
+        await asyncio.gather(*(s.task for s in streams))
+        body = streams[0].body
+        ended = (
+            "ran to its length" if b'"finish_reason":"length"' in body else "ended with an error"
+        )
+        rows.append(
+            (
+                "handshake port: a second engine says HELLO as the serving rank",
+                f"the stream on the live engine {ended}; then a request {await _one(e.port)}",
+                "-",
+            )
+        )
+    return rows
+
+
+def _fds(pid: int) -> int:
+    return len(os.listdir(f"/proc/{pid}/fd"))
+
+
+async def tls_idle() -> Row:
+    import resource
+
+    import trustme
+
+    _, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    with contextlib.suppress(ValueError, OSError):
+        resource.setrlimit(resource.RLIMIT_NOFILE, (min(hard, TLS_IDLE + 1024), hard))
+    ca = trustme.CA()
+    cert = ca.issue_cert("127.0.0.1")
+    with cert.private_key_pem.tempfile() as key, cert.cert_chain_pems[0].tempfile() as crt:
+        args = ["--ssl-keyfile", key, "--ssl-certfile", crt, "--max-connections", "64"]
+        args += ["--header-timeout", "2"]
+        port = free_port()
+        cmd = [sys.executable, "-m", "tokenwire", "serve", "--port", str(port)]
+        cmd += ["--disable-access-log", "--log-level", "warning", *args]
+        proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                                stderr=subprocess.DEVNULL, start_new_session=True)  # fmt: skip
+        ctx = ssl.create_default_context()
+        ca.configure_trust(ctx)
+
+        def fresh() -> float | None:
+            start = time.perf_counter()
+            while time.perf_counter() - start < 30:
+                with (
+                    contextlib.suppress(OSError, ssl.SSLError),
+                    socket.create_connection(("127.0.0.1", port), timeout=2) as raw,
+                    ctx.wrap_socket(raw, server_hostname="127.0.0.1") as tls,
+                ):
+                    tls.sendall(
+                        b"GET /health HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n"
+                    )
+                    if tls.recv(64).startswith(b"HTTP/1.1 200"):
+                        return time.perf_counter() - start
+                time.sleep(0.1)
+            return None
+
+        try:
+            deadline = time.perf_counter() + 180
+            while await asyncio.to_thread(fresh) is None:
+                if time.perf_counter() > deadline:
+                    raise RuntimeError("the TLS server did not start")
+            quiet = min(t for t in [await asyncio.to_thread(fresh) for _ in range(3)] if t)
+            idle = []
+            for _ in range(TLS_IDLE):
+                with contextlib.suppress(OSError):
+                    idle.append(socket.create_connection(("127.0.0.1", port), timeout=2))
+            peak = _fds(proc.pid)
+            loaded = await asyncio.to_thread(fresh)
+            peak = max(peak, _fds(proc.pid))
+            for sock in idle:
+                sock.close()
+        finally:
+            _stop(proc)
+    got = "none in 30 s" if loaded is None else f"{loaded * 1e3:.0f} ms"
+    result = (
+        f"a fresh TLS client's /health: alone {quiet * 1e3:.0f} ms, beside {len(idle)} idle "
+        f"connections {got}; server descriptors at most {peak}"
+    )
+    return f"{TLS_IDLE} TCP connections that never start TLS (--max-connections 64)", result, "-"
+
+
 async def main_async(port: int, pid: int) -> list[Row]:
     chosen = os.environ.get("SCENARIOS", ALL).split(",")
     scenarios = {
@@ -957,6 +1256,14 @@ async def main_async(port: int, pid: int) -> list[Row]:
         "health_port": health_port,
         "batch_limit": lambda: batch_limit(port),
         "origin": lambda: origin(port),
+        "grammar_stall": lambda: grammar_stall(port),
+        "grammar_fair": grammar_fair,
+        "count_tokens": lambda: count_tokens(port, pid),
+        "many_messages": lambda: many_messages(port),
+        "template_queue": template_queue,
+        "logprobs": lambda: logprobs(port),
+        "handshake": handshake,
+        "tls_idle": tls_idle,
     }
     rows: list[Row] = []
     for name in chosen:

@@ -43,8 +43,17 @@ class ControlledEngine(SyntheticEngine):
     async def call_all(self, method: str, *args) -> list:
         self.calls.append((method, *args))
         await asyncio.sleep(0)
+        if method == "add_lora" and "missing" in args[0][2]:  # vLLM's worker's words
+            raise RuntimeError(
+                f"Call to add_lora method failed: Loading lora {args[0][0]} failed: No adapter "
+                f"found for {args[0][2]}"
+            )
         if method == "add_lora" and "bad" in args[0][2]:
-            raise RuntimeError(f"Loading lora {args[0][0]} failed: no adapter at {args[0][2]}")
+            raise RuntimeError(
+                f"Call to add_lora method failed: [Errno 2] No such file or directory: "
+                f"'{args[0][2]}/adapter_model.safetensors' ({args[0][2]}/adapter_config.json "
+                "exists)"
+            )
         if method == "pause_scheduler":
             self.paused = True
         if method == "resume_scheduler":
@@ -236,7 +245,15 @@ def test_lora_adapters_are_models():
         bad = httpx.post(
             url + "/v1/load_lora_adapter", json={"lora_name": "c", "lora_path": "/bad"}
         )
-        assert bad.status_code == 500 and "no adapter" in bad.json()["error"]["message"]
+        # vLLM's statuses: 400 for an adapter the engine cannot load, 404 for none there; the
+        # engine's words about its files stay in the server log
+        assert bad.status_code == 400 and bad.json()["error"]["type"] == "BadRequestError"
+        assert "/bad" not in bad.text and "exists" not in bad.text
+        missing = httpx.post(
+            url + "/v1/load_lora_adapter", json={"lora_name": "c", "lora_path": "/missing"}
+        )
+        assert missing.status_code == 404 and missing.json()["error"]["type"] == "NotFoundError"
+        assert "/missing" not in missing.text and "lora_path" in missing.text
         assert "c" not in [c["id"] for c in httpx.get(url + "/v1/models").json()["data"]]
         clash = httpx.post(
             url + "/v1/load_lora_adapter", json={"lora_name": MODEL, "lora_path": "/x"}

@@ -304,7 +304,7 @@ def test_an_engine_that_constrains_gets_the_grammar(monkeypatch) -> None:
             model=MODEL,
             messages=[{"role": "user", "content": "weather?"}],
             response_format=RF,
-            max_tokens=5,
+            max_tokens=16,
         )
         s.client.completions.create(
             model=MODEL, prompt="x", max_tokens=2, extra_body={"guided_choice": ["a", "b"]}

@@ -221,8 +221,10 @@ def pair(generation_dir) -> Iterator[list[Server]]:
     stock_argv = [ENV["vllm"], "serve", ENV["model"], "--served-model-name", NAME, "--port", str(a)]
     stock_argv += [*VLLM_ARGS, *dropin_args(generation_dir)]
     ours_argv = [*tokenwire_argv(b), *dropin_args(generation_dir)]
-    env = vllm_process_env() | {"VLLM_SERVER_DEV_MODE": "1"}  # (tokenwire's control routes)
-    with start_all((stock_argv, vllm_process_env(), a), (ours_argv, env, b)) as servers:
+    lora = {"VLLM_ALLOW_RUNTIME_LORA_UPDATING": "1"}  # (the load/unload routes, on both)
+    env = vllm_process_env() | {"VLLM_SERVER_DEV_MODE": "1"} | lora  # (tokenwire's control routes)
+    stock_env = vllm_process_env() | lora
+    with start_all((stock_argv, stock_env, a), (ours_argv, env, b)) as servers:
         yield servers
 
 
@@ -727,6 +729,33 @@ def test_lora_adapter_as_stock_vllm(stock, ours):
     assert (
         httpx.post(ours.url + "/v1/completions", json={**base, "model": "nope"}).status_code == 404
     )
+
+
+def test_loading_a_lora_adapter_that_is_not_there_or_not_one_as_stock_vllm(stock, ours, tmp_path):
+    """vLLM's 404 for a path with no adapter (a missing folder, the model's own); for one the
+    engine cannot load (a rank past --max-lora-rank) a 400, where stock vLLM 0.32 answers 500
+    (its worker's error passes through); tokenwire's bodies name neither the engine's paths nor
+    its files."""
+    config = json.loads(Path(ENV["lora"], "adapter_config.json").read_text())
+    Path(tmp_path, "adapter_config.json").write_text(json.dumps({**config, "r": 64}))
+    shutil.copy(Path(ENV["lora"], "adapter_model.safetensors"), tmp_path)
+    cases = [
+        ({"lora_name": "gone", "lora_path": ENV["lora"] + "-missing"}, 404),
+        ({"lora_name": "notlora", "lora_path": ENV["model"]}, 404),
+        ({"lora_name": "toobig", "lora_path": str(tmp_path)}, 400),
+    ]
+    for body, status in cases:
+        a = httpx.post(stock.url + "/v1/load_lora_adapter", json=body, timeout=60)
+        b = httpx.post(ours.url + "/v1/load_lora_adapter", json=body, timeout=60)
+        assert b.status_code == status, (a.text, b.text)
+        if status == 404:
+            assert a.status_code == 404 and b.json()["error"]["type"] == a.json()["error"]["type"]
+        else:
+            assert a.status_code in (400, 500)
+            assert b.json()["error"]["type"] == "BadRequestError"
+        assert body["lora_path"] not in b.text and ENV["model"] not in b.text
+    names = [m.id for m in ours.client.models.list().data]
+    assert not {"gone", "notlora", "toobig"} & set(names)
 
 
 LONG_PROMPT = " ".join(f"word{i}" for i in range(150))  # about 400 tokens: 25 cache blocks

@@ -10,7 +10,7 @@ from uvicorn.server import ServerState
 
 from tokenwire.server.serving import ConnectionLimits, connection_protocol
 
-REQUEST = b"GET /v1/models HTTP/1.1\r\nHost: x\r\n\r\n"
+REQUEST = b"GET /v1/models HTTP/1.1\r\nHost: localhost\r\n\r\n"
 
 
 class _Transport(asyncio.Transport):

@@ -40,7 +40,7 @@ def test_a_connection_that_sends_nothing_is_closed():
 def test_slowloris_headers_get_408_and_are_closed():
     with serve(SyntheticConfig(), ConnectionLimits(header_timeout=0.5, idle_timeout=5)) as s:
         sock = _connect(s.port)
-        sock.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\n")
+        sock.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: localhost\r\n")
         closed = False
         for _ in range(40):  # a header byte every 0.1 s, never finishing
             try:
@@ -100,7 +100,7 @@ def test_a_websocket_upgrade_is_served_as_http_and_keeps_no_place():
         for _ in range(4):
             sock = _connect(s.port)
             sock.sendall(
-                b"GET /v1/models HTTP/1.1\r\nHost: x\r\nUpgrade: websocket\r\n"
+                b"GET /v1/models HTTP/1.1\r\nHost: localhost\r\nUpgrade: websocket\r\n"
                 b"Connection: Upgrade\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n"
                 b"Sec-WebSocket-Version: 13\r\n\r\n"
             )
@@ -114,7 +114,8 @@ def test_a_malformed_request_is_a_json_400_and_never_lands_inside_another_respon
     with serve(SyntheticConfig(output="random", step_time=0.005)) as s:
         sock = _connect(s.port)
         sock.sendall(
-            b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n"
+            b"POST /v1/completions HTTP/1.1\r\nHost: localhost\r\n"
+            b"Transfer-Encoding: chunked\r\n\r\nzz\r\n"
         )
         head, body = _read_all(sock).split(b"\r\n\r\n", 1)
         assert head.startswith(b"HTTP/1.1 400") and b"application/json" in head
@@ -125,7 +126,8 @@ def test_a_malformed_request_is_a_json_400_and_never_lands_inside_another_respon
         body = msgspec.json.encode({"prompt": "x", "max_tokens": 3000, "stream": True})
         sock = _connect(s.port)
         sock.sendall(
-            b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+            b"POST /v1/completions HTTP/1.1\r\nHost: localhost\r\n"
+            b"Content-Type: application/json\r\n"
             b"Content-Length: %d\r\n\r\n" % len(body) + body
         )
         assert sock.recv(65536).startswith(b"HTTP/1.1 200")
@@ -142,11 +144,12 @@ def test_a_client_gone_with_a_request_pipelined_ends_the_request_being_answered(
             body = msgspec.json.encode({"prompt": "x", "max_tokens": 30000, "stream": stream})
             sock = _connect(s.port)
             sock.sendall(
-                b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                b"POST /v1/completions HTTP/1.1\r\nHost: localhost\r\n"
+                b"Content-Type: application/json\r\n"
                 b"Content-Length: %d\r\n\r\n"
                 % len(body)
                 + body
-                + b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n"
+                + b"GET /health HTTP/1.1\r\nHost: localhost\r\n\r\n"
             )
             assert wait_until(lambda: s.engine.running == 1)
             sock.close()

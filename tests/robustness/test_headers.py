@@ -43,7 +43,7 @@ def _exchange(port: int, head: bytes, body: bytes = b"") -> bytes:
 
 
 def _head(method: str, path: str, headers: list[tuple[str, str]], length: int = 0) -> bytes:
-    lines = [f"{method} {path} HTTP/1.1", "Host: x", "Connection: close"]
+    lines = [f"{method} {path} HTTP/1.1", "Host: localhost", "Connection: close"]
     lines += [f"{k}: {v}" for k, v in headers]
     if length:
         lines += ["Content-Type: application/json", f"Content-Length: {length}"]

@@ -85,3 +85,37 @@ def test_the_bounds_are_the_modules(monkeypatch):
         template_sandbox.render_request_template(HOSTILE["loops"], [], bos_token="", eos_token="")
     assert exc.value.param == "chat_template"
     assert time.perf_counter() - t0 < 5
+
+
+def _plain_100kb(url: str) -> float:
+    body = {"prompt": "lorem ipsum " * 8500, "max_tokens": 2}  # about 100 KB: parsed off the loop
+    t0 = time.perf_counter()
+    resp = httpx.post(url + "/v1/completions", json=body, timeout=120)
+    assert resp.status_code == 200, resp.text
+    return time.perf_counter() - t0
+
+
+def test_slow_request_templates_do_not_hold_up_other_requests(server, monkeypatch):
+    """Twelve templates that each run to the time limit, at once: another client's plain 100 KB
+    completion takes about what it takes alone (on main each waiting template held a thread of
+    the executor that also parses large bodies, and they rendered one at a time: the completion
+    waited behind them), and past ``MAX_WAITING`` a template request is a 429 at once."""
+    monkeypatch.setattr(template_sandbox, "SECONDS", 0.5)
+    monkeypatch.setattr(template_sandbox, "MAX_WAITING", 8)
+    _chat(server.url, GOOD)  # (the worker processes started)
+    quiet = min(_plain_100kb(server.url) for _ in range(2))
+    statuses: list[int] = []
+
+    def slow() -> None:
+        statuses.append(_chat(server.url, HOSTILE["loops"]).status_code)
+
+    threads = [threading.Thread(target=slow) for _ in range(12)]
+    for t in threads:
+        t.start()
+    time.sleep(0.3)
+    loaded = _plain_100kb(server.url)
+    for t in threads:
+        t.join(120)
+    assert loaded < 5 * quiet + 3.0, (quiet, loaded)  # (on main: 15 s)
+    assert sorted(set(statuses)) == [400, 429], statuses
+    assert statuses.count(429) >= 2

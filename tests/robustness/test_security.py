@@ -139,6 +139,44 @@ async def test_a_post_from_another_origin_is_refused(make, origin, host, status,
     assert resp.status == 200
 
 
+@pytest.mark.parametrize(
+    ("host", "origin", "allowed", "status"),
+    [
+        # A DNS-rebinding page: its own name in both Host and Origin (served on main: 200).
+        (b"rebind.evil.example:8000", b"http://rebind.evil.example:8000", (), 400),
+        (b"rebind.evil.example:8000", None, (), 400),
+        # The server's own names: loopback, the address the request reached, a configured one.
+        (b"localhost:8000", b"http://localhost:8000", (), 200),
+        (b"[::1]:8000", None, (), 200),
+        (b"127.0.0.1:8000", None, (), 200),
+        (b"api.example.com", b"https://api.example.com", ("api.example.com",), 200),
+        (b"eu.api.example.com:443", None, (".example.com",), 200),
+        (b"127.0.0.1:8000", None, ("api.example.com",), 400),  # only what is configured
+        (b"anything.example", None, ("*",), 200),
+    ],
+)
+async def test_a_host_the_server_does_not_answer_to_is_refused(make, host, origin, allowed, status):
+    """The cross-site check compares the Origin with the server's own names (``--allowed-hosts``,
+    by default loopback and the address reached), not with the request's own ``Host``."""
+    app = await make(allowed_hosts=allowed)
+    headers = [(b"host", host), JSON] + ([(b"origin", origin)] if origin else [])
+    resp = await call(app, "POST", "/v1/completions", BODY, headers)
+    assert resp.status == status, resp.body[:200]
+    if status == 400:
+        assert "--allowed-hosts" in resp.error()["message"]
+    # Probes answer whatever the Host (a load balancer's health check names its own).
+    health = await call(app, "GET", "/health", b"", [(b"host", host)])
+    assert health.status == 200
+
+
+def test_allowed_hosts_flag():
+    from tokenwire.entrypoints.cli import build_parser
+    from tokenwire.entrypoints.options.server import security_config
+
+    args = build_parser().parse_args(["serve", "--allowed-hosts", "a.example,.b.example"])
+    assert security_config(args).allowed_hosts == ("a.example", ".b.example")
+
+
 async def test_cors_is_off_by_default(make):
     app = await make()
     origin = (b"origin", b"https://evil.example")

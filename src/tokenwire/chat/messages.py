@@ -9,7 +9,14 @@ from typing import Any
 
 from tokenwire.messages.errors import ValidationError
 
-__all__ = ["ROLES", "check_tools", "normalize_messages", "template_roles"]
+__all__ = [
+    "MAX_MESSAGES",
+    "ROLES",
+    "check_count",
+    "check_tools",
+    "normalize_messages",
+    "template_roles",
+]
 
 #: OpenAI's roles (and the older ``function``). Any other role a message names (vLLM's custom
 #: roles, such as ``my-custom-role``) goes to the chat template as it is, as vLLM passes it.
@@ -17,6 +24,21 @@ ROLES = frozenset({"system", "user", "assistant", "tool", "developer", "function
 
 
 #: Content part types that carry plain text (``refusal`` parts carry it in ``refusal``).
+#: Most messages (chat), input items (Responses) or messages and system blocks (Messages) one
+#: request may carry: checked before anything is rendered. Each renders to at least a few tokens
+#: of markup, so more than this cannot fit any context a model of today has.
+MAX_MESSAGES = 10_000
+
+
+def check_count(items: Any, field: str, what: str = "messages") -> None:
+    """Refuse a list of more than ``MAX_MESSAGES`` entries (a 400 naming ``field``), before any
+    of them is looked at."""
+    if isinstance(items, list) and len(items) > MAX_MESSAGES:
+        raise ValidationError(
+            f"{field} has {len(items)} {what}: at most {MAX_MESSAGES} are accepted", param=field
+        )
+
+
 _TEXT_PARTS = {"text": "text", "input_text": "text", "output_text": "text", "refusal": "refusal"}
 
 
@@ -84,6 +106,7 @@ def normalize_messages(messages: Any, *, roles: frozenset[str] | None = None) ->
     has no ``developer`` role (OpenAI treats them alike)."""
     if not isinstance(messages, list) or not messages:
         raise ValidationError("messages must be a non-empty list", param="messages")
+    check_count(messages, "messages")
     out = []
     for i, msg in enumerate(messages):
         where = f"messages[{i}]"

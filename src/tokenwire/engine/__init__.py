@@ -115,8 +115,8 @@ class Engine(Protocol):
     # ``supports_structured_outputs: bool`` -- the engine constrains decoding to the
     # ``SamplingParams`` fields ``json_schema``, ``regex``, ``ebnf`` and ``structural_tag``.
     # Without it the frontend refuses those requests with a 400 instead of answering them
-    # unconstrained. Such an engine may also have ``async def check_grammar(params)``, awaited
-    # before a request with a grammar is submitted: a ``ValidationError`` naming the
+    # unconstrained. Such an engine may also have ``async def check_grammar(params, client)``,
+    # awaited before a request with a grammar is submitted: a ``ValidationError`` naming the
     # ``SamplingParams`` field when the engine's grammar library refuses it (read with
     # ``check_grammar``).
     #
@@ -158,8 +158,9 @@ def supports_structured_outputs(engine: Any) -> bool:
     return getattr(engine, "supports_structured_outputs", False) is True
 
 
-async def check_grammar(engine: Any, params: SamplingParams) -> None:
-    """Await ``engine``'s check of a request's grammar, if it has one (see ``Engine``)."""
+async def check_grammar(engine: Any, params: SamplingParams, client: str | None = None) -> None:
+    """Await ``engine``'s check of a request's grammar, if it has one (see ``Engine``);
+    ``client`` (an API key's id, else the peer's address) is whose turn its compile waits for."""
     if (
         params.json_schema is None
         and params.regex is None
@@ -169,4 +170,4 @@ async def check_grammar(engine: Any, params: SamplingParams) -> None:
         return
     check = getattr(engine, "check_grammar", None)
     if check is not None:
-        await check(params)
+        await check(params, client=client)

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import functools
 import re
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
@@ -224,29 +225,46 @@ def closing_token(
     return int(allowed[0])
 
 
-def finish_length(m: llguidance.LLMatcher, t: TokenTables, limit: int) -> int | None:
+def finish_length(
+    m: llguidance.LLMatcher, t: TokenTables, limit: int, deadline: float | None = None
+) -> int | None:
     """Tokens the closing policy takes to finish from ``m``'s state (EOS included), or None when
-    it takes more than ``limit``. ``m`` is not changed."""
+    it takes more than ``limit`` (or is not done by ``deadline``, ``time.monotonic()``). ``m``
+    is not changed."""
+    return rollout(m, t, limit, deadline)[0]
+
+
+def rollout(
+    m: llguidance.LLMatcher, t: TokenTables, limit: int, deadline: float | None = None
+) -> tuple[int | None, int]:
+    """``finish_length``, and how many tokens the policy walked (``limit`` when it found no
+    finish within it; fewer when the deadline came first)."""
     m = m.deep_copy()
     buf = np.zeros(t.vocab_words, dtype=np.int32)
     state = ClosingState()
     eos = t.eos
     for n in range(1, limit + 1):
         if m.is_stopped():
-            return n
+            return n, n
+        if deadline is not None and n % 8 == 0 and time.monotonic() > deadline:
+            return None, n - 1
         tok = closing_token(m, t, buf, state)
         if tok in eos:
-            return n
+            return n, n
         if not m.consume_token(tok):
-            return None
-    return None
+            return None, limit
+    return None, limit
 
 
 def prepare_grammar(grammar: Grammar, tables: TokenTables, limit: int = ROLLOUT_LIMIT) -> None:
     """Record the tables a grammar decodes with and its shortest finish from its start (for
-    the compiler's worker)."""
+    the compiler's worker, by the grammar's deadline): ``finish`` (None: none found), and
+    ``searched``, the finishes ruled out (a grammar has none of ``searched`` tokens or fewer
+    when ``finish`` is None)."""
     grammar.facts["tables"] = tables
-    grammar.facts["finish"] = finish_length(grammar.template, tables, limit)
+    finish, searched = rollout(grammar.template, tables, limit, grammar.deadline)
+    grammar.facts["finish"] = finish
+    grammar.facts["searched"] = searched
 
 
 class ConstrainedDecoder:
@@ -265,18 +283,31 @@ class ConstrainedDecoder:
         "_progress",
         "_run",
         "_want_close",
+        "_wait",
+        "cpu",
+        "cpu_budget",
         "gen",
         "grammar",
         "m",
         "t",
     )
 
-    def __init__(self, grammar: Grammar, tables: TokenTables, buf: np.ndarray) -> None:
+    def __init__(
+        self,
+        grammar: Grammar,
+        tables: TokenTables,
+        buf: np.ndarray | None = None,
+        cpu_budget: float | None = None,
+    ) -> None:
         self.grammar = grammar
         self.m = grammar.matcher()
         self.t = tables
-        self._buf = buf
+        self._buf = buf if buf is not None else np.zeros(tables.vocab_words, dtype=np.int32)
         self.gen = 0
+        #: Seconds of CPU this request's decoding may take (None: no bound); spent so far.
+        self.cpu_budget = cpu_budget
+        self.cpu = 0.0
+        self._wait = 64  # tokens until a finish not found is looked for again (doubling)
         self._forced: list[int] = []  # the rest of a forced run, last first
         self._plan: list[int] = []  # a number being written, last first
         self._run = 0  # tokens of the engine's text still to write in this run
@@ -293,6 +324,31 @@ class ConstrainedDecoder:
     def done(self) -> bool:
         """Whether the grammar is complete and only EOS may follow."""
         return self.m.is_stopped()
+
+    @property
+    def exhausted(self) -> bool:
+        """Whether the CPU budget is spent (from then on the decoder only closes)."""
+        return self.cpu_budget is not None and self.cpu > self.cpu_budget
+
+    def next_tokens(self, src: TextSource, limit: float, count: int) -> list[int]:
+        """Up to ``count`` next tokens (fewer when the grammar ends), the output having
+        ``limit`` tokens at most; the CPU they took is counted against the budget. Once the
+        budget is spent the decoder closes what is open, and no further rollouts are run."""
+        start = time.thread_time()
+        out = []
+        eos = self.t.eos
+        for _ in range(count):
+            if self.gen >= limit:
+                break
+            if self.exhausted and not self._closing:
+                self._closing = True
+                self._forced.clear()
+            tok = self.next_token(src, limit - self.gen)
+            out.append(tok)
+            if tok in eos:
+                break
+        self.cpu += time.thread_time() - start
+        return out
 
     def next_token(self, src: TextSource, budget: float) -> int:
         """The next token, given ``budget`` tokens left (this one included); the matcher takes
@@ -386,12 +442,22 @@ class ConstrainedDecoder:
 
     def _check_budget(self, budget: int) -> None:
         """Measure the shortest finish; close from now on when the budget nears it."""
-        if self.gen == 0 and "finish" in self.grammar.facts:
-            finish = self.grammar.facts["finish"]
+        facts = self.grammar.facts
+        if (
+            self.gen == 0
+            and "finish" in facts
+            and (
+                facts["finish"] is not None or facts.get("searched", ROLLOUT_LIMIT) >= ROLLOUT_LIMIT
+            )
+        ):
+            finish = facts["finish"]
         else:
             finish = finish_length(self.m, self.t, min(budget, ROLLOUT_LIMIT))
         if finish is None and budget > ROLLOUT_LIMIT:
-            self._check_at = self.gen + 64  # no finish found within reach: look again later
+            # No finish within reach: look again later, less and less often (each look walks
+            # ROLLOUT_LIMIT tokens of the grammar).
+            self._check_at = self.gen + self._wait
+            self._wait *= 2
             return
         slack = -1 if finish is None else budget - finish
         if slack < 0:
@@ -434,9 +500,11 @@ class ConstrainedDecoder:
         return None
 
     def _stripped(self, tok: int) -> int:
-        """``tok`` without its leading space, when that is one token (a string's first word)."""
+        """``tok`` without its leading space, when that is one token (a string's first word).
+        A token that ends inside a character is kept as it is: its decoded text stands in
+        U+FFFD for the bytes that are missing, and that text is not the token's rest."""
         text = self.t.texts[tok]
-        if len(text) > 1 and text[0] == " ":
+        if len(text) > 1 and text[0] == " " and "\ufffd" not in text:
             got = self.t.encode(text[1:])
             if len(got) == 1:
                 return got[0]

@@ -2,10 +2,15 @@
 
 A request's constraint is one of ``SamplingParams``' grammar fields: ``json_schema``, ``regex``,
 ``ebnf`` (Lark or GBNF, as vLLM's ``grammar``) or ``structural_tag`` (vLLM's: ``structures`` with
-``triggers``). ``GrammarCompiler`` compiles it in a worker thread (llguidance releases the GIL
-while it builds a grammar), keeps the most recent ones in a bounded cache keyed by the
-constraint, and answers one llguidance refuses with a ``ValidationError`` naming the field.
-Every request decodes with its own copy of the compiled matcher (``Grammar.matcher``).
+``triggers``). ``GrammarCompiler`` compiles it in a small pool of worker threads (llguidance
+releases the GIL while it builds a grammar and computes masks, the bulk of the work), keeps the
+most recent ones in a bounded cache keyed by the constraint, and answers one llguidance refuses
+with a ``ValidationError`` naming the field. Compiles are fair between clients: each client's
+wait in its own queue, the queues are served in turn, and no client holds more than half the
+workers (so another client's compile starts at once). The work after a compile (the
+``prepare`` hook: the decoder's rollout) must end by ``Grammar.deadline``, ``compile_timeout``
+seconds after the compile began. Every request decodes with its own copy of the compiled
+matcher (``Grammar.matcher``).
 
 JSON is compiled without free whitespace, items separated by ``", "`` and keys by ``": "`` (the
 text ``json.dumps`` writes), and objects that list their properties take no others
@@ -17,9 +22,11 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections import OrderedDict
+import threading
+import time
+from collections import OrderedDict, deque
 from collections.abc import Callable
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import Future
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -46,6 +53,10 @@ __all__ = [
 GRAMMAR_FIELDS = ("json_schema", "regex", "ebnf", "structural_tag")
 #: Compiled grammars kept (the least recently used goes first).
 DEFAULT_CACHE_SIZE = 256
+#: Compile workers (the machine's cores are shared with the event loop and the decoders).
+DEFAULT_COMPILE_WORKERS = 2
+#: Seconds a grammar's compile and rollout may take.
+DEFAULT_COMPILE_TIMEOUT = 10.0
 #: How JSON schemas are compiled (see the module docstring).
 JSON_OPTIONS: dict[str, Any] = {
     "whitespace_flexible": False,
@@ -181,6 +192,8 @@ class Grammar:
     #: Facts about the grammar computed once, in the worker, by the compiler's ``prepare``
     #: hook (the decoder keeps the length of its shortest finish here).
     facts: dict[str, Any] = field(default_factory=dict)
+    #: When (``time.monotonic()``) the ``prepare`` hook must be done by (None: no bound).
+    deadline: float | None = None
 
     def matcher(self) -> llguidance.LLMatcher:
         """A fresh matcher for one request."""
@@ -197,9 +210,10 @@ def _refusal(kind: str, message: str) -> ValidationError:
 
 
 class GrammarCompiler:
-    """Compiles constraints in a worker thread and keeps the last ``capacity`` of them (a refusal
-    is kept too, so a bad grammar is not compiled again). ``prepare`` runs on each new grammar in
-    the worker, after it compiled."""
+    """Compiles constraints in a pool of worker threads, fairly between clients, and keeps the
+    last ``capacity`` of them (a refusal is kept too, so a bad grammar is not compiled again).
+    ``prepare`` runs on each new grammar in the worker, after it compiled, with
+    ``Grammar.deadline`` set ``compile_timeout`` seconds after the compile began."""
 
     def __init__(
         self,
@@ -207,53 +221,126 @@ class GrammarCompiler:
         *,
         capacity: int = DEFAULT_CACHE_SIZE,
         prepare: Callable[[Grammar], None] | None = None,
+        workers: int = DEFAULT_COMPILE_WORKERS,
+        compile_timeout: float | None = DEFAULT_COMPILE_TIMEOUT,
     ) -> None:
         if capacity < 1:
             raise ValueError("capacity must be at least 1")
+        if workers < 1:
+            raise ValueError("workers must be at least 1")
         self.tokenizer = tokenizer
         self.capacity = capacity
+        self.compile_timeout = compile_timeout
         self._prepare = prepare
         self._cache: OrderedDict[tuple[str, str], Future[Grammar]] = OrderedDict()
-        self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="tokenwire-grammar")
+        #: Compiles waiting, per client, served in turn; compiles running, per client.
+        self._queues: OrderedDict[str, deque[tuple[str, str, Future[Grammar]]]] = OrderedDict()
+        self._running: dict[str, int] = {}
+        self._per_client = max(1, workers // 2)
+        self._cond = threading.Condition()
+        self._closed = False
+        self._workers = workers
+        self._threads: list[threading.Thread] = []
         #: Counters for tests and benchmarks.
         self.stats = {"compiled": 0, "refused": 0, "hits": 0}
 
-    def compile(self, kind: str, text: str) -> Future[Grammar]:
+    def compile(self, kind: str, text: str, client: str | None = None) -> Future[Grammar]:
         """The compiled grammar of a constraint, as a future (done at once when cached); a refusal
-        is a ``ValidationError`` naming ``kind``. Call from one thread (the event loop's)."""
+        is a ``ValidationError`` naming ``kind``. ``client`` (an API key's id, a peer address)
+        says whose turn it waits for. Call from one thread (the event loop's)."""
         key = (kind, text)
         fut = self._cache.get(key)
         if fut is not None:
             self._cache.move_to_end(key)
             self.stats["hits"] += 1
             return fut
-        fut = self._pool.submit(self._build, kind, text)
+        fut = Future()
         self._cache[key] = fut
         while len(self._cache) > self.capacity:
             self._cache.popitem(last=False)
+        with self._cond:
+            if self._closed:
+                fut.cancel()
+                return fut
+            self._queues.setdefault(client or "", deque()).append((kind, text, fut))
+            if len(self._threads) < self._workers:
+                thread = threading.Thread(
+                    target=self._work, name=f"tokenwire-grammar_{len(self._threads)}", daemon=True
+                )
+                self._threads.append(thread)
+                thread.start()
+            self._cond.notify()
         return fut
 
-    def compile_params(self, params: SamplingParams) -> Future[Grammar] | None:
+    def compile_params(
+        self, params: SamplingParams, client: str | None = None
+    ) -> Future[Grammar] | None:
         """``compile`` for a request's constraint, or None when it has none."""
         got = constraint_of(params)
-        return None if got is None else self.compile(*got)
+        return None if got is None else self.compile(*got, client=client)
 
-    async def check(self, params: SamplingParams) -> None:
-        """Wait for a request's grammar to compile (in the worker); ``ValidationError`` naming
+    async def check(self, params: SamplingParams, client: str | None = None) -> Grammar | None:
+        """Wait for a request's grammar to compile (in the pool); ``ValidationError`` naming
         the ``SamplingParams`` field when llguidance refuses it."""
-        fut = self.compile_params(params)
-        if fut is not None:
-            await asyncio.wrap_future(fut)
+        fut = self.compile_params(params, client)
+        if fut is None:
+            return None
+        return await asyncio.wrap_future(fut)
 
     def __len__(self) -> int:
         return len(self._cache)
 
     def close(self) -> None:
-        """Stop the worker (compilations in progress finish; queued ones are dropped)."""
-        self._pool.shutdown(wait=False, cancel_futures=True)
+        """Stop the workers (compilations in progress finish; queued ones are cancelled)."""
+        with self._cond:
+            self._closed = True
+            for queue in self._queues.values():
+                for _, _, fut in queue:
+                    fut.cancel()
+            self._queues.clear()
+            self._cond.notify_all()
+
+    def _next(self) -> tuple[str, str, str, Future[Grammar]] | None:
+        """The next compile to run: the first client in turn that has one waiting and fewer
+        than its share running (half the workers: the other half stays free for the next
+        client that comes). Under the lock."""
+        for client, queue in self._queues.items():
+            if self._running.get(client, 0) < self._per_client:
+                kind, text, fut = queue.popleft()
+                if queue:
+                    self._queues.move_to_end(client)
+                else:
+                    del self._queues[client]
+                return client, kind, text, fut
+        return None
+
+    def _work(self) -> None:
+        while True:
+            with self._cond:
+                job = None
+                while not self._closed and (job := self._next()) is None:
+                    self._cond.wait()
+                if job is None:
+                    return
+                client = job[0]
+                self._running[client] = self._running.get(client, 0) + 1
+            try:
+                _, kind, text, fut = job
+                if fut.set_running_or_notify_cancel():
+                    try:
+                        fut.set_result(self._build(kind, text))
+                    except BaseException as exc:
+                        fut.set_exception(exc)
+            finally:
+                with self._cond:
+                    self._running[client] -= 1
+                    if not self._running[client]:
+                        del self._running[client]
+                    self._cond.notify()
 
     def _build(self, kind: str, text: str) -> Grammar:
-        """Compile one constraint (in the worker)."""
+        """Compile one constraint (in a worker)."""
+        start = time.monotonic()
         try:
             tok = ll_tokenizer(self.tokenizer)
             source = grammar_source(kind, text)
@@ -267,6 +354,8 @@ class GrammarCompiler:
             self.stats["refused"] += 1
             raise _refusal(kind, str(exc)) from None
         grammar = Grammar(kind, text, matcher)
+        if self.compile_timeout is not None:
+            grammar.deadline = start + self.compile_timeout
         if self._prepare is not None:
             self._prepare(grammar)
         self.stats["compiled"] += 1

@@ -16,7 +16,14 @@ Structured outputs: a request with a grammar (``SamplingParams.json_schema``, ``
 worker thread (``tokenwire.engine.grammar``; cached, and a refused one is a ``ValidationError``
 from ``check_grammar``, which the server awaits before it submits), the request is not stepped
 until it is, and each token is chosen among those the grammar allows, reading from the same
-output source (``tokenwire.engine.constrained``).
+output source (``tokenwire.engine.constrained``). That choosing runs off the event loop, in a
+pool of two threads (llguidance releases the GIL while it computes a mask): a constrained
+request's next tokens are worked out ahead while the engine steps, and a step never waits for
+them (a request whose tokens are not ready yet gets none that step), so no grammar delays
+another request's tokens. Each constrained request has ``grammar_cpu_seconds`` of CPU for its
+choices: once it has spent them the decoder only closes what is open, and at twice that the
+request ends with an error. ``check_grammar`` refuses (a 400 naming ``max_tokens``) a grammar
+whose shortest finish is longer than the request's ``max_tokens``.
 
 It honours ``max_new_tokens``, ``min_new_tokens`` (no EOS or stop token before it),
 ``stop_token_ids`` (token id sequences too, unless configured not to), ``ignore_eos``, EOS by
@@ -33,7 +40,7 @@ import logging
 import time
 import zlib
 from collections import deque
-from concurrent.futures import Future
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from importlib import resources
 from typing import TYPE_CHECKING, Any
@@ -49,7 +56,7 @@ from tokenwire.engine.synthetic_pooling import (
     SYNTHETIC_POOLING_TASKS,
     SyntheticPooler,
 )
-from tokenwire.messages.errors import QueueFullError
+from tokenwire.messages.errors import QueueFullError, ValidationError
 from tokenwire.messages.frames import (
     FRAME_LAYOUTS,
     LAYOUT_SEED,
@@ -106,6 +113,11 @@ class SyntheticConfig:
     cached_tokens: int = 0
     #: The size of its embeddings (pooling requests: ``tokenwire.engine.synthetic_pooling``).
     embedding_dim: int = DEFAULT_EMBEDDING_DIM
+    #: Seconds of CPU a constrained request's choices may take (None: no bound): past it the
+    #: decoder only closes what is open; past twice it the request ends with an error.
+    grammar_cpu_seconds: float | None = 10.0
+    #: Seconds a grammar's compile and first rollout may take (None: no bound).
+    grammar_compile_timeout: float | None = 10.0
 
     def __post_init__(self) -> None:
         if self.output not in OUTPUTS:
@@ -166,6 +178,9 @@ class _Seq:
         "prompt_lp_sent",
         "decoder",
         "refill",
+        "ahead",
+        "working",
+        "gone",
     )
 
     def __init__(self, req: EngineRequest, seed: int, eos: frozenset[int]) -> None:
@@ -195,6 +210,10 @@ class _Seq:
         #: Constrained decoding (a request with a grammar), and how its source goes on.
         self.decoder: ConstrainedDecoder | None = None
         self.refill: Any = None
+        #: Its next tokens, worked out off the loop; whether a worker is at it; aborted.
+        self.ahead: deque[int] = deque()
+        self.working = False
+        self.gone = False
 
     def uniform(self) -> float:
         """The next number in [0, 1) of this request's seeded stream."""
@@ -293,7 +312,8 @@ class SyntheticEngine:
         #: Grammars (made on the first request with one) and the vocabulary tables they use.
         self._grammars: GrammarCompiler | None = None
         self._tables: TokenTables | None = None
-        self._mask = np.zeros(0, dtype=np.int32)
+        #: Where constrained requests' tokens are chosen (off the event loop).
+        self._choosers: ThreadPoolExecutor | None = None
         #: Requests admitted while their grammar compiles, and errors to send with the next step.
         self._compiling: dict[str, tuple[EngineRequest, Future[Grammar]]] = {}
         self._failed: list[bytes] = []
@@ -310,7 +330,11 @@ class SyntheticEngine:
     def grammars(self) -> GrammarCompiler:
         """The engine's grammar compiler (its worker thread and cache)."""
         if self._grammars is None:
-            self._grammars = GrammarCompiler(self.tokenizer, prepare=self._prepare_grammar)
+            self._grammars = GrammarCompiler(
+                self.tokenizer,
+                prepare=self._prepare_grammar,
+                compile_timeout=self.config.grammar_compile_timeout,
+            )
         return self._grammars
 
     def _prepare_grammar(self, grammar: Grammar) -> None:
@@ -319,11 +343,27 @@ class SyntheticEngine:
             self._tables = TokenTables.build(self.tokenizer)
         prepare_grammar(grammar, self._tables)
 
-    async def check_grammar(self, params: SamplingParams) -> None:
-        """Compile a request's grammar (in the worker; cached) before it is submitted:
-        ``ValidationError`` naming the ``SamplingParams`` field when llguidance refuses it."""
-        if constraint_of(params) is not None:
-            await self.grammars.check(params)
+    async def check_grammar(self, params: SamplingParams, client: str | None = None) -> None:
+        """Compile a request's grammar (in the pool, in ``client``'s turn; cached) before it is
+        submitted: ``ValidationError`` naming the ``SamplingParams`` field when llguidance
+        refuses it, naming ``max_tokens`` when its shortest finish is longer."""
+        if constraint_of(params) is None:
+            return
+        grammar = await self.grammars.check(params, client)
+        limit = params.max_new_tokens
+        if grammar is None or limit is None:
+            return
+        finish, searched = grammar.facts.get("finish"), grammar.facts.get("searched", 0)
+        if finish is not None and finish > limit:
+            why = f"its shortest finish is {finish} tokens"
+        elif finish is None and searched >= limit:
+            why = f"it has no finish of {searched} tokens or fewer"
+        else:
+            return
+        raise ValidationError(
+            f"the request's grammar cannot be completed within max_tokens ({limit}): {why}",
+            param="max_tokens",
+        )
 
     # ---- Engine protocol -------------------------------------------------------------------------
 
@@ -348,6 +388,9 @@ class SyntheticEngine:
         self._wake.set()
         if self._grammars is not None:
             self._grammars.close()
+        if self._choosers is not None:
+            self._choosers.shutdown(wait=False, cancel_futures=True)
+            self._choosers = None
         if self._task is not None:
             self._task.cancel()
             with contextlib.suppress(asyncio.CancelledError, Exception):
@@ -397,7 +440,10 @@ class SyntheticEngine:
         if self._pooling.pop(rid, None) is not None:
             self.stats["aborted"] += 1
             return
-        if self._running.pop(rid, None) is not None or self._compiling.pop(rid, None):
+        seq = self._running.pop(rid, None)
+        if seq is not None:
+            seq.gone = True  # (a worker choosing its tokens stops)
+        if seq is not None or self._compiling.pop(rid, None):
             self.stats["aborted"] += 1
             return
         for req in self._waiting:
@@ -463,6 +509,12 @@ class SyntheticEngine:
                 frames = self._step()
                 for frame in frames:
                     self._output(frame)
+                if not frames and not self._waiting and not self._faults:
+                    # Every request waits for its tokens to be chosen (off the loop): sleep
+                    # until some are, rather than spin.
+                    self._wake.clear()
+                    await self._wake.wait()
+                    continue
                 await asyncio.sleep(self.config.step_time)
         except asyncio.CancelledError:
             raise
@@ -520,11 +572,66 @@ class SyntheticEngine:
             self.stats["finished"] += 1
             return False
         tables: TokenTables = grammar.facts["tables"]
-        if len(self._mask) != tables.vocab_words:
-            self._mask = np.zeros(tables.vocab_words, dtype=np.int32)
-        seq.decoder = ConstrainedDecoder(grammar, tables, self._mask)
+        seq.decoder = ConstrainedDecoder(
+            grammar, tables, cpu_budget=self.config.grammar_cpu_seconds
+        )
         seq.refill = self._refill
+        self._choose_ahead(seq)
         return True
+
+    def _choose_ahead(self, seq: _Seq) -> None:
+        """Have a worker choose a constrained request's next tokens (a few steps' worth)."""
+        if seq.working or seq.gone:
+            return
+        if self._choosers is None:
+            self._choosers = ThreadPoolExecutor(2, thread_name_prefix="tokenwire-constrained")
+        seq.working = True
+        count = 4 * self.config.tokens_per_step
+        fut = self._choosers.submit(self._choose, seq, count)
+        loop = asyncio.get_running_loop()
+
+        def chosen(_fut: Future[list[int]]) -> None:
+            with contextlib.suppress(RuntimeError):  # the loop closed meanwhile
+                loop.call_soon_threadsafe(self._chosen, seq, _fut)
+
+        fut.add_done_callback(chosen)
+
+    @staticmethod
+    def _choose(seq: _Seq, count: int) -> list[int]:
+        """(In a worker: the decoder and the request's text source are its alone meanwhile.)"""
+        dec = seq.decoder
+        assert dec is not None
+        if seq.gone:
+            return []
+        return dec.next_tokens(seq, seq.limit, count)
+
+    def _chosen(self, seq: _Seq, fut: Future[list[int]]) -> None:
+        seq.working = False
+        if seq.gone or fut.cancelled():
+            return
+        try:
+            seq.ahead.extend(fut.result())
+        except Exception as exc:  # (a decoder's bug: this request ends, not the engine)
+            log.exception("choosing a constrained request's tokens failed")
+            if self._running.pop(seq.rid, None) is not None:
+                self._failed.append(encode_error_frame(seq.rid, f"constrained decoding: {exc}"))
+                self.stats["finished"] += 1
+            self._wake.set()
+            return
+        dec = seq.decoder
+        budget = self.config.grammar_cpu_seconds
+        spent = dec is not None and budget is not None and dec.cpu > 2 * budget
+        if spent and not dec.done and self._running.pop(seq.rid, None) is not None:
+            seq.gone = True
+            self._failed.append(
+                encode_error_frame(
+                    seq.rid,
+                    f"the request's grammar took more than {2 * budget:g} s of CPU "  # type: ignore[operator]
+                    "(grammar_cpu_seconds) without finishing",
+                )
+            )
+            self.stats["finished"] += 1
+        self._wake.set()
 
     def _compiled(self, rid: str) -> None:
         """A waiting request's grammar is ready: it is admitted first."""
@@ -712,8 +819,11 @@ class SyntheticEngine:
                 src = seq.source
                 cursor = seq.cursor
                 if seq.decoder is not None:
-                    # Constrained: the grammar's choice; it says when EOS may come.
-                    tok = seq.decoder.next_token(seq, seq.limit - gen)
+                    # Constrained: the grammar's choice (worked out ahead, off the loop: none
+                    # ready, none this step); it says when EOS may come.
+                    if not seq.ahead:
+                        break
+                    tok = seq.ahead.popleft()
                     source_ends = False
                     may_stop = True
                 else:
@@ -760,6 +870,13 @@ class SyntheticEngine:
                 if source_ends:
                     finish = {"type": "length", "length": gen + 1}
                     break
+            if seq.decoder is not None:
+                if n == 0 and finish is None:
+                    if not seq.working:
+                        self._choose_ahead(seq)
+                    continue
+                if finish is None and len(seq.ahead) < 2 * cfg.tokens_per_step:
+                    self._choose_ahead(seq)
             rids.append(seq.rid)
             finishes.append(finish)
             prompt_tokens.append(seq.prompt_len)

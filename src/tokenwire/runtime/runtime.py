@@ -63,10 +63,13 @@ from tokenwire.runtime.pooling import PoolingJob, PoolingPlan, PoolingRequests
 from tokenwire.shard import DetokShard
 from tokenwire.tokenizer import Tokenizer
 
-__all__ = ["Runtime"]
+__all__ = ["MAX_GATHERED_LOGPROBS", "Runtime", "check_gathered_logprobs"]
 
 log = logging.getLogger("tokenwire.runtime")
 
+#: The ``SamplingParams`` fields a grammar comes in (a refusal naming one is renamed to the
+#: request's own field).
+_GRAMMAR_FIELDS = ("json_schema", "regex", "ebnf", "structural_tag")
 #: Seconds between snapshots of a worker's metrics (several API-server processes).
 _METRICS_PERIOD = 1.0
 #: Seconds between checks that the engine is still alive.
@@ -283,14 +286,15 @@ class Runtime:
 
     # ---- request side ----------------------------------------------------------------------------
 
-    async def check_grammar(self, plan: Plan) -> None:
-        """Before ``submit``: the engine compiles the request's grammar (off the event loop); one
-        its grammar library refuses is a 400 naming the request's field."""
+    async def check_grammar(self, plan: Plan, client: str | None = None) -> None:
+        """Before ``submit``: the engine compiles the request's grammar (off the event loop, in
+        ``client``'s turn); one its grammar library refuses is a 400 naming the request's
+        field."""
         try:
-            await check_grammar(self.engine, plan.params)
+            await check_grammar(self.engine, plan.params, client)
         except ValidationError as exc:
             field = plan.grammar_field
-            if field is None or exc.param is None or field == exc.param:
+            if field is None or exc.param not in _GRAMMAR_FIELDS or field == exc.param:
                 raise
             raise ValidationError(exc.detail.replace(exc.param, field, 1), param=field) from None
 
@@ -309,6 +313,8 @@ class Runtime:
         if plan.beam is not None:  # (the frontend's beam search submits each step itself)
             return []
         choices = plan.choices
+        if not plan.stream:
+            check_gathered_logprobs(plan, self.tokenizer.max_model_len)
         if len(self.shard) + len(self.pooling) + choices > self.config.max_concurrent_requests:
             raise OverloadedError(
                 f"too many requests in flight (limit {self.config.max_concurrent_requests})"
@@ -465,3 +471,36 @@ class Runtime:
 
     def finished(self) -> None:
         self.metrics.in_flight.set(len(self.shard) + len(self.pooling))
+
+
+#: Most logprob entries (positions times one plus the top alternatives) a response that is not
+#: streamed may gather before it is written: past it the request is refused (a streamed one
+#: sends them as they come, and keeps none). A few hundred MB at the limit (completions: 420,000
+#: entries made a 12 MB body and 28 MB of RSS).
+MAX_GATHERED_LOGPROBS = 4 << 20
+
+
+def check_gathered_logprobs(plan: Plan, context: int | None) -> None:
+    """Refuse a request whose whole response would hold more than ``MAX_GATHERED_LOGPROBS``
+    logprob entries: choices times ``max_tokens`` (the rest of the context when unset) times one
+    plus the top alternatives, and the prompts' when ``prompt_logprobs`` is asked."""
+    params = plan.params
+    if params.logprobs is None and params.prompt_logprobs is None:
+        return
+    longest = max((len(p) for p in plan.prompts), default=0)
+    room = params.max_new_tokens
+    if room is None:
+        room = max(0, (context or 0) - longest) or 1 << 20
+    total = 0
+    if params.logprobs is not None:
+        total += plan.choices * room * (1 + params.logprobs)
+    if params.prompt_logprobs is not None:
+        total += sum(len(p) for p in plan.prompts) * plan.n * (1 + params.prompt_logprobs)
+    if total > MAX_GATHERED_LOGPROBS:
+        raise ValidationError(
+            f"this response would gather up to {total} logprob entries (choices {plan.choices} "
+            f"x max_tokens {room} x (1 + top logprobs {params.logprobs or 0}), with the "
+            f"prompt's): more than the {MAX_GATHERED_LOGPROBS} a response that is not streamed "
+            "may hold; stream it, or ask for fewer choices, tokens or top logprobs",
+            param="logprobs",
+        )

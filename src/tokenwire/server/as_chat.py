@@ -11,11 +11,13 @@ import re
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
+from tokenwire.context_length import encode_within
 from tokenwire.messages.errors import TokenwireError
 from tokenwire.parsers import ToolCall
 from tokenwire.parsers.output import OutputDelta
 from tokenwire.runtime import DEFAULT_FEATURES, Features, Plan
 from tokenwire.server.config import DEFAULT_LIMITS, RequestLimits
+from tokenwire.server.fields import check_text_length
 from tokenwire.server.openai.chat_output import ChoiceOutput
 from tokenwire.server.openai.chunks import reasoning_count
 from tokenwire.server.openai.parse import parse_chat, render_conversation
@@ -78,12 +80,16 @@ def count_chat_tokens(
     chat: dict[str, Any], tok: Tokenizer, names: Renames, features: Features = DEFAULT_FEATURES
 ) -> int:
     """How many tokens the prompt of chat request ``chat`` has, rendered as ``parse_chat``
-    renders it (whatever the context length)."""
+    renders it; one past the context length is refused as the chat route refuses it (after
+    tokenizing a bounded part of it), so what a count costs is bounded as a generation's is."""
+    where = "the rendered conversation"
     try:
         text, _ = render_conversation(chat, tok, features)
+        check_text_length(text, tok, where, "messages")
+        ids = encode_within(tok, text, add_special_tokens=False, where=where, field="messages")
     except TokenwireError as err:
         raise renamed(err, names) from None
-    return len(tok.encode(text, add_special_tokens=False))
+    return len(ids)
 
 
 class SplitOutput:

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
 
 import msgspec
@@ -24,6 +25,7 @@ from tokenwire.messages.errors import (
     RequestTimeoutError,
     ValidationError,
 )
+from tokenwire.server import template_sandbox
 from tokenwire.server.template_sandbox import brings_template
 
 __all__ = [
@@ -124,14 +126,30 @@ def decode_json(body: bytes) -> Any:
         raise ValidationError("the request body is nested too deeply", param=None) from None
 
 
+#: Threads that decode and parse large bodies (their own: nothing else waits there).
+PARSE_THREADS = 2
+_parsers: ThreadPoolExecutor | None = None
+
+
+def _parse_pool() -> ThreadPoolExecutor:
+    global _parsers
+    if _parsers is None:
+        _parsers = ThreadPoolExecutor(PARSE_THREADS, thread_name_prefix="tokenwire-parse")
+    return _parsers
+
+
 async def parse_body(receive: Any, parse: Callable[[Any], T]) -> T:
-    """``parse(json body)``, decoded and parsed in a worker thread when the body is large, or
-    parsed there when it brings its own chat template (which renders in a worker process)."""
+    """``parse(json body)``, decoded and parsed in the parse threads when the body is large, or
+    parsed in the template threads when it brings its own chat template (which renders in a
+    worker process; ``template_sandbox.submit``): the two never wait for each other."""
     raw = await read_body(receive)
     loop = asyncio.get_running_loop()
-    if len(raw) > OFFLOAD_BYTES:
-        return await loop.run_in_executor(None, lambda: parse(decode_json(raw)))
-    body = decode_json(raw)
+    large = len(raw) > OFFLOAD_BYTES
+    body = (
+        await loop.run_in_executor(_parse_pool(), decode_json, raw) if large else decode_json(raw)
+    )
     if brings_template(body):
-        return await loop.run_in_executor(None, parse, body)
+        return await template_sandbox.submit(parse, body)
+    if large:
+        return await loop.run_in_executor(_parse_pool(), parse, body)
     return parse(body)

@@ -1,7 +1,10 @@
 """vLLM's LoRA routes, served when adapters may change at run time
 (``VLLM_ALLOW_RUNTIME_LORA_UPDATING``): ``POST /v1/load_lora_adapter`` (``lora_name``,
 ``lora_path``: the engines load it, so a bad adapter is refused at once) and
-``POST /v1/unload_lora_adapter`` (``lora_name``). Answers are vLLM's plain-text lines."""
+``POST /v1/unload_lora_adapter`` (``lora_name``). Answers are vLLM's plain-text lines; an adapter
+the engine finds nothing at is vLLM's 404 (``NotFoundError``), one it cannot load a 400
+(``BadRequestError``), and neither body says what the engine's message does about its host's
+files (which paths exist): that goes to the server log."""
 
 from __future__ import annotations
 
@@ -10,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 from tokenwire.engine.vllm.protocol import lora_request
 from tokenwire.messages.errors import ClientDisconnected, TokenwireError, ValidationError
-from tokenwire.server.engine_control import EngineControlError, Unsupported
+from tokenwire.server.engine_control import Unsupported
 from tokenwire.server.fields import warn_unknown_fields
 from tokenwire.server.http import read_json, respond, send_error
 
@@ -22,6 +25,39 @@ __all__ = ["ROUTES"]
 log = logging.getLogger("tokenwire.server")
 
 _TEXT = [(b"content-type", b"text/plain; charset=utf-8")]
+#: What vLLM's worker says of a path with no adapter (its ``LoRAAdapterNotFoundError``).
+_NOT_FOUND = "no adapter found"
+
+
+class LoraNotFound(TokenwireError):
+    """The engine found no adapter at ``lora_path`` (vLLM's 404)."""
+
+    status = 404
+    error_type = "NotFoundError"
+    prefix = "not found"
+
+
+class LoraRefused(TokenwireError):
+    """The engine could not load the adapter (vLLM's 400)."""
+
+    status = 400
+    error_type = "BadRequestError"
+    prefix = "bad request"
+
+
+def _load_error(name: str, exc: Exception) -> TokenwireError:
+    """The client's error for an engine's failure to load adapter ``name``: its kind, and none
+    of the engine's own words (logged here instead)."""
+    log.warning("the engine could not load LoRA adapter %r: %s", name, exc)
+    if _NOT_FOUND in str(exc).lower():
+        return LoraNotFound(
+            f"no LoRA adapter was found at the lora_path given for {name!r}", param="lora_path"
+        )
+    return LoraRefused(
+        f"the engine could not load LoRA adapter {name!r} from the lora_path given (not a LoRA "
+        "adapter for this model, or one it does not support; the server log says why)",
+        param="lora_path",
+    )
 
 
 def _name(body: Any, key: str) -> str:
@@ -50,7 +86,7 @@ async def _load(app: App, receive: Any, send: Any) -> None:
                 rt.models.remove(name)
                 if isinstance(exc, TokenwireError):
                     raise
-                raise EngineControlError(f"loading LoRA adapter {name!r}: {exc}") from None
+                raise _load_error(name, exc) from None
     except ClientDisconnected:
         return
     except TokenwireError as err:

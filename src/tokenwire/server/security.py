@@ -10,10 +10,15 @@
   preflight (``text/plain``, ``application/x-www-form-urlencoded``, ``multipart/form-data``) is
   refused with 415, so no page can drive the server from a visitor's browser; a request with no
   ``Content-Type`` (curl, most clients' defaults) is accepted as JSON.
+- A request whose ``Host`` names none of the server's own names and addresses is refused with
+  400 (a page that rebinds its DNS name to this server sends its own name there): the names are
+  ``--allowed-hosts`` (``*`` for any, ``.example.com`` for a domain and its subdomains), by default
+  the loopback names and addresses and the address the request reached the server on
+  (``/health`` and ``/metrics`` answer whatever the ``Host``).
 - A request with a body from a web page of another origin (its ``Origin`` header, which browsers
-  always send on such a request, names neither this server nor an allowed origin) is refused
-  with 403, whatever its content type (``fetch`` with ``mode: "no-cors"`` and a Blob body sends
-  none).
+  always send on such a request, names neither this server, as its ``Host`` names it once that is
+  allowed, nor an allowed origin) is refused with 403, whatever its content type (``fetch`` with
+  ``mode: "no-cors"`` and a Blob body sends none).
 - CORS, off by default, with vLLM's options: ``--allowed-origins``, ``--allowed-methods``,
   ``--allowed-headers``, ``--allow-credentials``.
 """
@@ -22,6 +27,7 @@ from __future__ import annotations
 
 import hashlib
 import hmac
+import ipaddress
 from dataclasses import dataclass
 
 from tokenwire.messages.errors import (
@@ -29,9 +35,19 @@ from tokenwire.messages.errors import (
     TokenwireError,
     UnauthorizedError,
     UnsupportedMediaTypeError,
+    ValidationError,
 )
 
-__all__ = ["ApiKey", "KEY_SCOPE", "SecurityConfig", "Security", "OPEN_PATHS", "request_key"]
+__all__ = [
+    "ApiKey",
+    "KEY_SCOPE",
+    "OPEN_PATHS",
+    "Security",
+    "SecurityConfig",
+    "client_key",
+    "host_name",
+    "request_key",
+]
 
 #: The ASGI scope entry that holds the ``ApiKey`` a request was admitted with (absent when the
 #: server requires no key).
@@ -66,6 +82,18 @@ def request_key(scope: dict) -> ApiKey | None:
     return scope.get(KEY_SCOPE)
 
 
+def client_key(scope: dict | None) -> str | None:
+    """Who a request is from, for fairness between clients: its API key's id when keys are
+    required, else its peer's address (None when neither is known)."""
+    if scope is None:
+        return None
+    key = request_key(scope)
+    if key is not None:
+        return "key:" + key.id
+    peer = scope.get("client")
+    return None if not peer else "peer:" + str(peer[0])
+
+
 @dataclass(frozen=True)
 class SecurityConfig:
     """The server's access settings (no key is required while ``api_keys`` is empty; CORS is
@@ -76,6 +104,30 @@ class SecurityConfig:
     allowed_methods: tuple[str, ...] = ("*",)
     allowed_headers: tuple[str, ...] = ("*",)
     allow_credentials: bool = False
+    #: ``--allowed-hosts``: the names and addresses a request's ``Host`` may give (``*``: any;
+    #: ``.example.com``: that domain and its subdomains); empty: the loopback ones and the
+    #: address each request reached the server on.
+    allowed_hosts: tuple[str, ...] = ()
+
+
+def host_name(value: bytes) -> str:
+    """The host of a ``Host`` header (or an origin's ``host[:port]``), without its port,
+    lowercased, brackets and a trailing dot removed."""
+    text = value.decode("latin-1").strip().lower()
+    if text.startswith("["):
+        return text[1 : text.find("]")] if "]" in text else text[1:]
+    if text.count(":") == 1:
+        text = text.partition(":")[0]
+    return text.rstrip(".")
+
+
+def _is_loopback(host: str) -> bool:
+    if host == "localhost" or host.endswith(".localhost"):
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
 
 
 def _header(scope: dict, name: bytes) -> bytes | None:
@@ -97,6 +149,10 @@ class Security:
         )
         self._any_origin = "*" in config.allowed_origins
         self._origins = frozenset(o.encode() for o in config.allowed_origins)
+        hosts = tuple(h.strip().lower().rstrip(".") for h in config.allowed_hosts if h.strip())
+        self._any_host = "*" in hosts
+        self._hosts = frozenset(h.strip("[]") for h in hosts if not h.startswith("."))
+        self._domains = tuple(h for h in hosts if h.startswith("."))
         self._methods = ", ".join(
             ("DELETE", "GET", "HEAD", "OPTIONS", "PATCH", "POST", "PUT")
             if "*" in config.allowed_methods
@@ -104,8 +160,17 @@ class Security:
         ).encode()
 
     def check(self, scope: dict) -> TokenwireError | None:
-        """Why this request may not proceed (401, 415), or None."""
-        if self._keys and scope["path"] not in OPEN_PATHS:
+        """Why this request may not proceed (400 for a Host it does not answer to, 401, 403,
+        415), or None."""
+        host = _header(scope, b"host")
+        open_path = scope["path"] in OPEN_PATHS  # (probes and scrapers, wherever they call from)
+        if host is not None and not open_path and not self.host_allowed(scope, host):
+            return ValidationError(
+                f"the Host header names {host.decode('latin-1')[:60]!r}, which this server does "
+                "not answer to (--allowed-hosts)",
+                param=None,
+            )
+        if self._keys and not open_path:
             key = self._presented(scope)
             if key is None:
                 return UnauthorizedError(
@@ -127,14 +192,32 @@ class Security:
                 )
         return None
 
+    def host_allowed(self, scope: dict, host: bytes) -> bool:
+        """Whether ``host`` (a ``Host`` header) names this server: one of ``--allowed-hosts``,
+        or by default a loopback name or address or the address the request reached."""
+        if self._any_host:
+            return True
+        name = host_name(host)
+        if self._hosts or self._domains:
+            return name in self._hosts or any(
+                name.endswith(d) or name == d[1:] for d in self._domains
+            )
+        if _is_loopback(name):
+            return True
+        server = scope.get("server")
+        if not server or server[1] is None:  # a Unix socket: no browser page reaches it
+            return True
+        return name == str(server[0]).lower().strip("[]")
+
     def _origin_allowed(self, scope: dict, origin: bytes) -> bool:
         """Whether a page at ``origin`` may send this request: CORS allows it, or it is this
-        server's own origin (the ``Host`` the request was sent to)."""
+        server's own origin (the ``Host`` the request was sent to, which ``check`` has found to
+        be one of the server's names)."""
         if self._any_origin or origin in self._origins:
             return True
         host = _header(scope, b"host")
         _, _, rest = origin.partition(b"://")
-        return host is not None and rest.lower() == host.lower()
+        return host is not None and rest.lower() == host.lower() and self.host_allowed(scope, host)
 
     def _presented(self, scope: dict) -> ApiKey | None:
         """The accepted key the request carries (as a bearer token, or in ``x-api-key``), or

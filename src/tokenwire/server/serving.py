@@ -17,6 +17,10 @@ not sent a full request. tokenwire's connection protocol adds:
   OpenAI's shape and its connection is closed, except ``/health``, which keeps answering; past a
   small reserve above the limit, connections are closed as soon as they are accepted (so
   descriptors never run out).
+- TLS (``--ssl-certfile``) is done by the connection protocol itself, from the connection's
+  accept: a connection in its TLS handshake counts against ``max_connections`` (and the reserve
+  above it) like any other, and a handshake not done within ``header_timeout`` seconds closes it
+  (asyncio's own handshake, before any protocol sees the connection, waits 60 s uncounted).
 
 ``TokenwireServer`` shuts down gracefully: it stops accepting, lets requests in flight finish for
 up to ``shutdown_timeout`` seconds (new ones get a 503), then ends every stream with an error
@@ -30,6 +34,7 @@ import contextlib
 import logging
 import os
 import resource
+import ssl
 import weakref
 from dataclasses import dataclass
 from typing import Any
@@ -157,11 +162,37 @@ _OVER_CAPACITY = _raw_response(
 )
 
 
+class _Handshaking(asyncio.Protocol):
+    """Holds what a TLS connection receives between the end of its handshake and the moment its
+    HTTP protocol takes the transport over."""
+
+    def __init__(self) -> None:
+        self.data: list[bytes] = []
+        self.eof = False
+        self.lost: tuple[Exception | None] | None = None
+
+    def data_received(self, data: bytes) -> None:
+        self.data.append(data)
+
+    def eof_received(self) -> bool:
+        self.eof = True
+        return True
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.lost = (exc,)
+
+
+#: Seconds a TLS handshake may take when ``header_timeout`` is None (asyncio's default).
+_TLS_HANDSHAKE_DEFAULT = 60.0
+
+
 class _LimitedProtocol(HttpToolsProtocol):
     """One HTTP/1.1 connection, with tokenwire's connection limits (``limits`` is set on the
-    subclass ``connection_protocol`` makes)."""
+    subclass ``connection_protocol`` makes, ``tls`` by ``TokenwireServer`` when it serves TLS)."""
 
     limits: ConnectionLimits = ConnectionLimits()
+    #: The server's TLS context: the protocol does the handshake itself (see the module doc).
+    tls: ssl.SSLContext | None = None
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -185,6 +216,9 @@ class _LimitedProtocol(HttpToolsProtocol):
             self._timer = None
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+        if self.tls is not None and transport.get_extra_info("sslcontext") is None:
+            self._start_tls(transport)
+            return
         super().connection_made(transport)
         cap = self.limits.hard_cap
         if cap is not None and len(self.connections) > cap:
@@ -192,6 +226,62 @@ class _LimitedProtocol(HttpToolsProtocol):
             return
         self._admit()
         self._arm(self.limits.idle_timeout, self._idle_expired)
+
+    def _start_tls(self, transport: asyncio.Transport) -> None:
+        """A TLS connection just accepted: counted at once (closed past the hard cap), its
+        handshake bounded by ``header_timeout``; served once it is done."""
+        state = self.server_state
+        handshaking = getattr(state, "tokenwire_handshaking", 0)
+        cap = self.limits.hard_cap
+        if cap is not None and len(state.connections) + handshaking >= cap:
+            transport.abort()
+            return
+        state.tokenwire_handshaking = handshaking + 1  # type: ignore[attr-defined]
+        shim = _Handshaking()
+        assert self.tls is not None
+        timeout = self.limits.header_timeout or _TLS_HANDSHAKE_DEFAULT
+        handshake = self.loop.start_tls(
+            transport, shim, self.tls, server_side=True, ssl_handshake_timeout=timeout
+        )
+        # Its first step now, before this returns: the transport's protocol must be the TLS
+        # layer by the time the event loop starts reading it (uvloop starts reading once
+        # connection_made returns), so the client's hello goes to it.
+        self._step_tls(handshake, transport, shim)
+
+    def _step_tls(self, handshake: Any, transport: asyncio.Transport, shim: _Handshaking) -> None:
+        """Drive ``loop.start_tls`` as a task would (a plain callback chain on its futures)."""
+        try:
+            waiting = handshake.send(None)
+        except StopIteration as done:
+            self._tls_done(done.value, shim)
+            return
+        except (OSError, ssl.SSLError, asyncio.TimeoutError, ConnectionError) as exc:
+            log.debug("a TLS handshake failed or timed out: %s", exc)
+            self._tls_over(transport)
+            return
+        except BaseException:
+            self._tls_over(transport)
+            raise
+        waiting._asyncio_future_blocking = False
+        waiting.add_done_callback(lambda _: self._step_tls(handshake, transport, shim))
+
+    def _tls_over(self, transport: asyncio.Transport) -> None:
+        self.server_state.tokenwire_handshaking -= 1  # type: ignore[attr-defined]
+        transport.abort()
+
+    def _tls_done(self, tls: asyncio.Transport | None, shim: _Handshaking) -> None:
+        """The handshake is done: HTTP takes the TLS transport over, with what came meanwhile."""
+        self.server_state.tokenwire_handshaking -= 1  # type: ignore[attr-defined]
+        if tls is None or shim.lost is not None:
+            return
+        tls.set_protocol(self)
+        self.connection_made(tls)
+        for data in shim.data:
+            if tls.is_closing():
+                break
+            self.data_received(data)
+        if shim.eof and not tls.is_closing():
+            self.eof_received()
 
     def _admit(self) -> bool:
         """Give this connection a place if one is free (it keeps it until it closes)."""
@@ -354,6 +444,26 @@ class TokenwireServer(uvicorn.Server):
         super().__init__(config)
         self.app = app
         self.shutdown_timeout = shutdown_timeout
+
+    async def startup(self, sockets: list | None = None) -> None:
+        """uvicorn's, except that tokenwire's connection protocol does TLS itself (see the
+        module docstring)."""
+        config = self.config
+        protocol = config.http_protocol_class
+        tls = config.ssl
+        if (
+            tls is not None
+            and isinstance(protocol, type)
+            and issubclass(protocol, _LimitedProtocol)
+        ):
+            protocol.tls = tls
+            config.ssl = None  # (the listeners accept plain TCP; the protocol wraps it)
+            try:
+                await super().startup(sockets)
+            finally:
+                config.ssl = tls
+            return
+        await super().startup(sockets)
 
     async def shutdown(self, sockets: list | None = None) -> None:
         for server in self.servers:  # stop accepting

@@ -31,6 +31,7 @@ from tokenwire.server.http import (
     wait_disconnect,
 )
 from tokenwire.server.observe import RequestRecord, current_record
+from tokenwire.server.security import client_key
 from tokenwire.server.serving import BODY_WRITER, BodyWriter
 
 __all__ = [
@@ -385,7 +386,8 @@ async def serve_plan(
     received.set(time.perf_counter())
     try:
         plan = await limits.parse_body(receive, parse)
-        await rt.check_grammar(plan)  # (an engine compiles a grammar off the event loop)
+        # (an engine compiles a grammar off the event loop, each client in its turn)
+        await rt.check_grammar(plan, client_key(current_scope.get()))
         subs = rt.submit(plan)
     except ClientDisconnected:
         return

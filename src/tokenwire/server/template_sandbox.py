@@ -8,27 +8,37 @@ deep enough render for minutes or exhaust the process. A template from the serve
 renders in a worker process with an address-space limit, and is given ``SECONDS`` to finish: past
 it, or past the memory, the worker is killed (another starts for the next such request) and the
 request gets a 400 naming ``chat_template``. Every failure of such a template is a 400.
+
+``WORKERS`` such processes render side by side (each template in one of them), in threads of
+their own (``submit``), apart from the threads that parse large bodies: at most
+``MAX_WAITING`` requests wait for one, and a request past that is a 429 at once, so slow
+templates never hold up a request that brings none.
 """
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import multiprocessing
 import resource
 import threading
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
+from concurrent.futures import ThreadPoolExecutor
 from multiprocessing.connection import Connection
 from typing import Any
 
 from tokenwire.chat import render_chat
-from tokenwire.messages.errors import ValidationError
+from tokenwire.messages.errors import OverloadedError, ValidationError
 
 __all__ = [
     "MAX_CHARS",
+    "MAX_WAITING",
     "MEMORY_BYTES",
     "SECONDS",
+    "WORKERS",
     "brings_template",
     "render_request_template",
+    "submit",
 ]
 
 #: Seconds a request's template may take to render.
@@ -37,6 +47,10 @@ SECONDS = 2.0
 MEMORY_BYTES = 1 << 30
 #: Longest prompt text a request's template may render (characters).
 MAX_CHARS = 64 << 20
+#: Worker processes rendering request templates side by side.
+WORKERS = 2
+#: Requests that may wait for a worker (past it: 429 at once).
+MAX_WAITING = 16
 #: Seconds a new worker process may take to start.
 _START_SECONDS = 60.0
 
@@ -110,37 +124,70 @@ class _Worker:
             self.conn.close()
 
 
-_lock = threading.Lock()
-_worker: _Worker | None = None
+_slots: list[_Worker | None] = [None] * WORKERS
+_free = list(range(WORKERS))
+_cond = threading.Condition()
+_threads: ThreadPoolExecutor | None = None
+_waiting = 0
 
 
 def render_request_template(template: str, messages: list[dict[str, Any]], **kwargs: Any) -> str:
-    """``render_chat(template, messages, **kwargs)`` in the worker process, within ``SECONDS``
+    """``render_chat(template, messages, **kwargs)`` in a worker process, within ``SECONDS``
     and ``MEMORY_BYTES`` (``ValidationError`` naming ``chat_template`` past either). Blocks the
-    calling thread: call it off the event loop."""
-    global _worker
-    with _lock:
-        if _worker is None or not _worker.process.is_alive():
-            try:
-                _worker = _Worker()
-            except (RuntimeError, OSError) as exc:
-                raise ValidationError(
-                    f"request chat templates cannot be rendered now ({exc})", param="chat_template"
-                ) from None
-        worker = _worker
+    calling thread until a worker is free and it is done: call it off the event loop
+    (``submit``)."""
+    with _cond:
+        while not _free:
+            _cond.wait()
+        slot = _free.pop()
+    try:
+        return _render_in(slot, template, messages, kwargs)
+    finally:
+        with _cond:
+            _free.append(slot)
+            _cond.notify()
+
+
+def _render_in(slot: int, template: str, messages: list[dict[str, Any]], kwargs: dict) -> str:
+    worker = _slots[slot]
+    if worker is None or not worker.process.is_alive():
         try:
-            return worker.render(template, messages, dict(kwargs))
-        except ValidationError:
-            raise
-        except TimeoutError:
-            failure = f"the chat template did not render within {SECONDS:g} s"
-        except (EOFError, OSError):
-            failure = "the chat template used too much memory"
-        except Exception as exc:  # a reply that cannot be read back (pickling)
-            failure = f"the chat template failed ({type(exc).__name__})"
-        worker.kill()
-        _worker = None
-        raise ValidationError(failure, param="chat_template")
+            worker = _slots[slot] = _Worker()
+        except (RuntimeError, OSError) as exc:
+            raise ValidationError(
+                f"request chat templates cannot be rendered now ({exc})", param="chat_template"
+            ) from None
+    try:
+        return worker.render(template, messages, dict(kwargs))
+    except ValidationError:
+        raise
+    except TimeoutError:
+        failure = f"the chat template did not render within {SECONDS:g} s"
+    except (EOFError, OSError):
+        failure = "the chat template used too much memory"
+    except Exception as exc:  # a reply that cannot be read back (pickling)
+        failure = f"the chat template failed ({type(exc).__name__})"
+    worker.kill()
+    _slots[slot] = None
+    raise ValidationError(failure, param="chat_template")
+
+
+async def submit(call: Callable[..., Any], *args: Any) -> Any:
+    """``call(*args)`` (a request's parse, which renders its own template) in the template
+    threads: ``OverloadedError`` (429) at once when ``MAX_WAITING`` requests already wait."""
+    global _threads, _waiting
+    if _waiting >= MAX_WAITING:
+        raise OverloadedError(
+            f"{_waiting} requests with their own chat template are waiting to render: try "
+            "again later"
+        )
+    if _threads is None:
+        _threads = ThreadPoolExecutor(WORKERS, thread_name_prefix="tokenwire-templates")
+    _waiting += 1
+    try:
+        return await asyncio.get_running_loop().run_in_executor(_threads, call, *args)
+    finally:
+        _waiting -= 1
 
 
 def brings_template(body: Any) -> bool:

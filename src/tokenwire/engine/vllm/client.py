@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import ipaddress
 import itertools
 import logging
 import math
@@ -481,6 +482,13 @@ class VllmEngine:
         assert self._ctx is not None and cfg.handshake_address is not None
         deadline = time.monotonic() + cfg.ready_timeout
         host = _host_of(cfg.handshake_address)
+        if not _is_loopback(host):
+            log.warning(
+                "the handshake address %s is not a loopback address: whoever can reach it can "
+                "speak for an engine (vLLM's engine protocol has no authentication); keep it on "
+                "a trusted network",
+                cfg.handshake_address,
+            )
         hs = self._ctx.socket(zmq.ROUTER)
         _tune(hs)
         hs.bind(cfg.handshake_address)
@@ -524,8 +532,10 @@ class VllmEngine:
                     )
                 if not await hs.poll(500):
                     continue
-                identity, payload = await hs.recv_multipart()
-                msg = wire.decode_handshake(payload)
+                got = _handshake_message(await hs.recv_multipart())
+                if got is None:
+                    continue
+                identity, msg = got
                 if identity not in by_identity:
                     log.warning("an engine with unexpected identity %r said %s", identity, msg)
                     continue
@@ -568,7 +578,11 @@ class VllmEngine:
             core = by_identity.get(identity)
             if core is None:
                 continue
-            core.ready = wire.decode_ready_response(rest[0] if rest else b"")
+            try:
+                core.ready = wire.decode_ready_response(rest[0] if rest else b"")
+            except CodecError as exc:
+                log.warning("engine rank %d sent a bad ready response: %s", core.rank, exc)
+                continue
             waiting.discard(identity)
 
     def _malformed(self, buf: Any, exc: Exception, rank: int | None = None) -> None:
@@ -715,18 +729,35 @@ class VllmEngine:
         hs = self._handshake_sock
         assert hs is not None
         while True:
-            identity, payload = await hs.recv_multipart()
-            try:
-                msg = wire.decode_handshake(payload)
-            except CodecError as exc:
-                log.warning("a bad handshake message from %r: %s", identity, exc)
+            got = _handshake_message(await hs.recv_multipart())
+            if got is None:
                 continue
+            identity, msg = got
             core = next((c for c in self._cores if c.identity == identity), None)
             if core is None:
-                log.warning("an engine with unexpected identity %r said %s", identity, msg)
+                log.warning("an engine with unexpected identity %r said %.200s", identity, msg)
             elif msg["status"] == "HELLO":
+                if core.serving and await self._answers(core):
+                    log.warning(
+                        "an engine says hello as rank %d, which is serving and answering: "
+                        "refused (is a second engine started with the same rank?)",
+                        core.rank,
+                    )
+                    continue
                 log.info("engine rank %d says hello again", core.rank)
                 await hs.send_multipart((identity, self._init))
+
+    async def _answers(self, core: _Core) -> bool:
+        """Whether an engine taken to be serving answers a question now (within the stall
+        timeout, or 5 s)."""
+        timeout = min(self.config.stall_timeout or 5.0, 5.0)
+        try:
+            await asyncio.wait_for(self._call(core, "is_sleeping"), timeout)
+        except RuntimeError:  # it answered, with an error
+            return True
+        except (asyncio.TimeoutError, zmq.ZMQError, QueueFullError):
+            return False
+        return True
 
     async def _read_inputs(self) -> None:
         """After startup, what engines send on the input socket: the ready response of an engine
@@ -1006,6 +1037,31 @@ def _tune(sock: zmq.Socket) -> None:
     sock.setsockopt(zmq.SNDHWM, 0)
     sock.setsockopt(zmq.RCVHWM, 0)
     sock.setsockopt(zmq.LINGER, 0)
+
+
+def _handshake_message(frames: list[bytes]) -> tuple[bytes, dict[str, Any]] | None:
+    """A handshake ROUTER's message as ``(identity, HELLO or READY)``; anything else (another
+    number of frames, a payload that does not decode) is logged and dropped (None)."""
+    if len(frames) != 2:
+        log.warning(
+            "a handshake message of %d frames from %r: dropped", len(frames) - 1, frames[0][:32]
+        )
+        return None
+    identity, payload = frames
+    try:
+        return identity, wire.decode_handshake(payload)
+    except CodecError as exc:
+        log.warning("a bad handshake message from %r: %s", identity[:32], exc)
+        return None
+
+
+def _is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
 
 
 def _host_of(address: str) -> str:

@@ -192,7 +192,10 @@ def decode_ready_response(payload: bytes) -> dict[str, Any]:
     """An engine's ready response (empty for engines that send an empty one)."""
     if not payload:
         return {}
-    msg = _decode_any(payload)
+    try:
+        msg = _decode_any(payload)
+    except msgspec.DecodeError as exc:
+        raise CodecError(f"the engine's ready response: {exc}") from None
     if not isinstance(msg, dict):
         raise CodecError("the engine's ready response is not a map")
     return msg

@@ -92,6 +92,21 @@ def add_synthetic_arguments(parser: argparse.ArgumentParser) -> None:
         help="synthetic engine: the size of its embeddings (deterministic unit vectors whose "
         "cosine similarity follows the tokens inputs share) (default: %(default)s)",
     )
+    parser.add_argument(
+        "--grammar-cpu-seconds",
+        type=float,
+        default=10.0,
+        help="synthetic engine: CPU seconds a structured-output request's token choices may "
+        "take; past it the output only closes what is open, past twice it the request ends "
+        "with an error; 0 for no bound (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--grammar-compile-timeout",
+        type=float,
+        default=10.0,
+        help="synthetic engine: seconds a grammar's compile and first rollout may take; 0 for "
+        "no bound (default: %(default)s)",
+    )
 
 
 def _add_scaleout_arguments(serve: argparse.ArgumentParser) -> None:
@@ -209,6 +224,8 @@ def synthetic_config(args: argparse.Namespace) -> SyntheticConfig:
         eos_prob=args.eos_prob,
         seed=args.seed,
         embedding_dim=args.embedding_dim,
+        grammar_cpu_seconds=args.grammar_cpu_seconds or None,
+        grammar_compile_timeout=args.grammar_compile_timeout or None,
     )
 
 
@@ -224,6 +241,8 @@ def mock_engine_args(args: argparse.Namespace) -> list[str]:
         "--seed", str(args.seed),
         "--embedding-dim", str(args.embedding_dim),
         "--runner", "both",
+        "--grammar-cpu-seconds", str(args.grammar_cpu_seconds),
+        "--grammar-compile-timeout", str(args.grammar_compile_timeout),
         "--log-level", args.log_level,
     ]  # fmt: skip
     if args.tokenizer:

@@ -119,6 +119,15 @@ def add_arguments(serve: argparse.ArgumentParser) -> None:
         "('[\"*\"]' for any); default: CORS off",
     )
     serve.add_argument(
+        "--allowed-hosts",
+        type=string_list,
+        default=[],
+        help="the names and addresses a request's Host header may give, as a JSON list or "
+        "comma-separated ('*' for any, '.example.com' for a domain and its subdomains); others "
+        "are refused (400), as DNS-rebinding defences expect; default: the loopback names and "
+        "addresses and the address a request reached the server on",
+    )
+    serve.add_argument(
         "--allowed-methods",
         type=string_list,
         default=["*"],
@@ -232,4 +241,5 @@ def security_config(args: argparse.Namespace) -> SecurityConfig:
         allowed_methods=tuple(args.allowed_methods),
         allowed_headers=tuple(args.allowed_headers),
         allow_credentials=args.allow_credentials,
+        allowed_hosts=tuple(args.allowed_hosts),
     )

@@ -15,6 +15,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from tokenwire.chat.messages import check_count
 from tokenwire.messages.errors import ValidationError
 from tokenwire.server.as_chat import Renames
 from tokenwire.server.fields import is_int, warn_unknown_fields
@@ -60,6 +61,7 @@ def _blocks(content: Any, where: str) -> list[dict[str, Any]]:
         return [{"type": "text", "text": content}]
     if not isinstance(content, list):
         raise ValidationError(f"{where} must be a string or a list of content blocks", param=where)
+    check_count(content, where.split("[")[0], "content blocks")
     for k, block in enumerate(content):
         if not isinstance(block, dict) or not isinstance(block.get("type"), str):
             raise ValidationError(f"{where}[{k}] must be a content block with a type", param=where)
@@ -156,6 +158,7 @@ def _messages(body: Mapping[str, Any]) -> list[dict[str, Any]]:
     messages = body.get("messages")
     if not isinstance(messages, list) or not messages:
         raise ValidationError("messages must be a non-empty list", param="messages")
+    check_count(messages, "messages")
     for i, message in enumerate(messages):
         where = f"messages[{i}]"
         if not isinstance(message, dict):

@@ -18,6 +18,7 @@ from typing import Any
 
 import msgspec
 
+from tokenwire.chat.messages import check_count
 from tokenwire.messages.errors import ValidationError
 from tokenwire.server.as_chat import Renames
 from tokenwire.server.fields import flag, is_int, warn_unknown_fields
@@ -201,14 +202,15 @@ def input_messages(items: Any, where: str = "input") -> list[dict[str, Any]]:
         return [{"role": "user", "content": items}]
     if not isinstance(items, list):
         raise ValidationError(f"{where} must be a string or a list of items", param=where)
+    check_count(items, where, "items")
     out: list[dict[str, Any]] = []
-    reasoning: str | None = None  # a reasoning item's text, for the assistant message after it
+    reasoning: list[str] | None = None  # reasoning items' texts, for the assistant message after
     joinable = False  # the last message is an assistant turn a function call belongs to
 
     def assistant(message: dict[str, Any]) -> dict[str, Any]:
         nonlocal reasoning
         if reasoning is not None:
-            message["reasoning_content"] = reasoning
+            message["reasoning_content"] = "\n".join(reasoning)  # (joined once: linear)
             reasoning = None
         return message
 
@@ -247,7 +249,9 @@ def input_messages(items: Any, where: str = "input") -> list[dict[str, Any]]:
             joinable = False
         elif kind == "reasoning":
             text = _reasoning_text(item, at, where)
-            reasoning = text if reasoning is None else reasoning + "\n" + text
+            if reasoning is None:
+                reasoning = []
+            reasoning.append(text)
             joinable = False
         else:
             shown = kind if isinstance(kind, str) else type(kind).__name__
