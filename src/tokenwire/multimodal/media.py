@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import contextlib
 import io
 from collections.abc import Mapping
 from typing import Any
@@ -41,8 +42,7 @@ class MissingExtraError(ValidationError):
 
     def __init__(self, what: str, param: str = "messages") -> None:
         super().__init__(
-            f"{what} needs the multimodal extra on the server: pip install "
-            '"tokenwire[multimodal]"',
+            f'{what} needs the multimodal extra on the server: pip install "tokenwire[multimodal]"',
             param=param,
         )
 
@@ -113,10 +113,8 @@ def load_image(
                 f"{max_pixels} pixels",
                 param=param,
             )
-        try:
+        with contextlib.suppress(Exception):  # a malformed EXIF block: the image as stored
             image = ImageOps.exif_transpose(image)
-        except Exception:  # a malformed EXIF block: the image as stored (vLLM's behaviour)
-            pass
         image.load()
         converted = _convert(image, mode, background)
     except ValidationError:

@@ -233,5 +233,7 @@ def generate_media(body: dict) -> list[list[MediaItem]] | None:
                 where = f"{name}[{p}][{k}]" if len(batches) > 1 else f"{name}[{k}]"
                 if item is None:
                     continue
-                per_prompt[p].append(MediaItem(modality, _generate_source(item, modality, where), where))
+                per_prompt[p].append(
+                    MediaItem(modality, _generate_source(item, modality, where), where)
+                )
     return per_prompt

@@ -49,6 +49,7 @@ from tokenwire.messages.frames import (
     decode_result_frame,
 )
 from tokenwire.runtime.config import RuntimeConfig
+from tokenwire.runtime.media import MediaPool
 from tokenwire.runtime.metrics import EngineCollector, EngineSeries, Metrics, SharedMetrics
 from tokenwire.runtime.models import ServedModels
 from tokenwire.runtime.plan import Plan
@@ -106,6 +107,8 @@ class Runtime:
         self._watchdog: asyncio.Task[None] | None = None
         #: Set once a graceful shutdown begins: new requests are refused.
         self.draining = False
+        #: The media workers (a multimodal model only; started with the runtime).
+        self.media_pool: MediaPool | None = None
 
     # ---- engine side -----------------------------------------------------------------------------
 
@@ -114,6 +117,8 @@ class Runtime:
         max_prompt_chars(self.tokenizer)  # (a vocabulary scan)
         decode_table(self.tokenizer, False)
         await self.engine.start(self.on_output)
+        if self.features.media is not None and self.media_pool is None:
+            self.media_pool = MediaPool(self.features.media, self.config.media_options)
         if self.models.adapters and getattr(self.engine, "supports_lora", True) is False:
             await self.engine.close()
             raise RuntimeError(
@@ -148,6 +153,8 @@ class Runtime:
             with contextlib.suppress(Exception):
                 asyncio.get_running_loop().remove_signal_handler(signal.SIGUSR1)
         await self.engine.close()
+        if self.media_pool is not None:
+            self.media_pool.close()
         self._fail_all(QueueFullError("the server is shutting down"))
         if self.shared_metrics is not None:
             with contextlib.suppress(OSError):
@@ -247,6 +254,23 @@ class Runtime:
                 raise
             raise ValidationError(exc.detail.replace(exc.param, field, 1), param=field) from None
 
+    async def prepare_media(self, plan: Plan) -> None:
+        """Before ``submit``: a plan's media fetched and processed in the media workers (off the
+        event loop), its prompts' placeholders expanded; a text-only server refuses media."""
+        if not plan.media or not any(plan.media):
+            return
+        if self.media_pool is None:
+            raise ValidationError("this model is text-only; it does not accept media input")
+        await self.media_pool.prepare(plan)
+        limit = self.tokenizer.max_model_len
+        for ids in plan.prompts:
+            if limit and len(ids) >= limit:
+                raise ValidationError(
+                    f"the prompt with its media is {len(ids)} tokens, over the model's context "
+                    f"length of {limit}",
+                    param="messages" if plan.route == "chat" else "prompt",
+                )
+
     def submit(self, plan: Plan) -> list[tuple[str, int, EgressSink]]:
         """Register and submit every choice of ``plan``: ``(rid, prompt index, sink)`` each."""
         if not self.engine.alive:
@@ -292,6 +316,7 @@ class Runtime:
                             lora=plan.lora,
                             data_parallel_rank=plan.data_parallel_rank,
                             session_id=plan.session_id,
+                            mm_features=(tuple(plan.mm_features[p]) if plan.mm_features else None),
                         )
                     )
         except BaseException:

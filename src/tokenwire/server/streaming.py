@@ -375,6 +375,7 @@ async def serve_plan(
     received.set(time.perf_counter())
     try:
         plan = await limits.parse_body(receive, parse)
+        await rt.prepare_media(plan)  # (media fetched and processed in the media workers)
         await rt.check_grammar(plan)  # (an engine compiles a grammar off the event loop)
         subs = rt.submit(plan)
     except ClientDisconnected:

@@ -201,6 +201,10 @@ def vllm_engines(args: argparse.Namespace) -> tuple[str, Any]:
         extra += ["--collect-detailed-traces", ",".join(detailed)]
     if "--enable-lora" not in extra:
         extra += adapters.vllm_lora_args(args)
+    if hasattr(args, "mm_processor_cache_gb"):
+        from tokenwire.entrypoints.options.media import vllm_media_args
+
+        extra += vllm_media_args(args, extra)
     launcher = VllmLauncher(
         args.model,
         port=port,
