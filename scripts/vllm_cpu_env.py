@@ -8,7 +8,14 @@ It makes, under the user's cache directory (``$TOKENWIRE_VLLM_ENV`` overrides th
 - ``tiny-qwen3/``: a random-weight Qwen3 model (2 layers, head size 32, 49 MB) with tokenwire's
   bundled Qwen3 tokenizer, so the engine and tokenwire tokenize identically;
 - ``tiny-lora/``: a LoRA adapter for it (rank 8 on q_proj and v_proj, seeded random weights
-  large enough to change its greedy output), written with numpy and safetensors.
+  large enough to change its greedy output), written with numpy and safetensors;
+- ``tiny-qwen2.5-vl/``: a random-weight Qwen2.5-VL (two text layers, a two-block vision tower,
+  40 MB) with the bundled Qwen3 tokenizer and a Qwen2-VL image processor config (at most 64
+  image tokens an image), for the multimodal tests;
+- ``torchvision-py/``: vLLM's Qwen-VL models import torchvision, and the registry's torchvision
+  is built for CUDA torch (its compiled ops do not load with the CPU torch). It is installed
+  here, outside the venv, with the registrations of its compiled ops made conditional (only its
+  pure-Python transforms are used), plus a ``vllm`` wrapper that puts it on the path.
 
 Each part is rebuilt only when its completion marker is missing. Prints the paths as JSON on its
 last line. Nothing here is imported by tokenwire: the package never imports ``vllm``.
@@ -23,6 +30,7 @@ import argparse
 import json
 import lzma
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -72,6 +80,59 @@ json.dump({"peft_type": "LORA", "task_type": "CAUSAL_LM", "r": rank, "lora_alpha
           open(out + "/adapter_config.json", "w"))
 """
 
+VLM_SCRIPT = r"""
+import sys, torch, transformers
+out = sys.argv[1]
+torch.manual_seed(0)
+text = dict(hidden_size=128, intermediate_size=256, num_hidden_layers=2, num_attention_heads=4,
+            num_key_value_heads=2, vocab_size=151936, max_position_embeddings=4096,
+            rope_parameters={"rope_type": "default", "rope_theta": 1000000.0,
+                             "mrope_section": [4, 6, 6]},
+            tie_word_embeddings=True, bos_token_id=151643, eos_token_id=151645)
+vision = dict(depth=2, hidden_size=64, intermediate_size=128, num_heads=2, out_hidden_size=128,
+              fullatt_block_indexes=[1], patch_size=14, spatial_merge_size=2,
+              temporal_patch_size=2, window_size=112)
+cfg = transformers.Qwen2_5_VLConfig(
+    text_config=text, vision_config=vision, image_token_id=151655, video_token_id=151656,
+    vision_start_token_id=151652, vision_end_token_id=151653, tie_word_embeddings=True)
+transformers.Qwen2_5_VLForConditionalGeneration(cfg).to(torch.bfloat16).save_pretrained(out)
+"""
+
+#: The Qwen2-VL image processor's settings (CLIP's mean and std; 4 to 64 image tokens).
+VLM_PREPROCESSOR = {
+    "image_processor_type": "Qwen2VLImageProcessor",
+    "processor_class": "Qwen2_5_VLProcessor",
+    "patch_size": 14,
+    "temporal_patch_size": 2,
+    "merge_size": 2,
+    "min_pixels": 3136,
+    "max_pixels": 50176,
+    "image_mean": [0.48145466, 0.4578275, 0.40821073],
+    "image_std": [0.26862954, 0.26130258, 0.27577711],
+    "do_resize": True,
+    "do_rescale": True,
+    "rescale_factor": 0.00392156862745098,
+    "do_normalize": True,
+    "do_convert_rgb": True,
+}
+
+TORCHVISION_SPEC = "torchvision==0.28.0"
+
+SHIM_WRAPPER = """#!{python}
+# vLLM with the pure-Python torchvision beside this file on the path (the registry's build of
+# torchvision's compiled ops needs CUDA torch); the children it starts inherit the path.
+import os
+import sys
+
+here = os.path.dirname(os.path.abspath(__file__))
+os.environ["PYTHONPATH"] = here + os.pathsep + os.environ.get("PYTHONPATH", "")
+sys.path.insert(0, here)
+sys.argv[0] = {vllm!r}
+with open({vllm!r}) as f:
+    code = compile(f.read(), {vllm!r}, "exec")
+exec(code, {{"__name__": "__main__", "__file__": {vllm!r}}})
+"""
+
 MODEL_SCRIPT = r"""
 import sys, torch, transformers
 out = sys.argv[1]
@@ -101,6 +162,9 @@ def paths(root: Path) -> dict[str, str]:
         "python": str(root / "venv" / "bin" / "python"),
         "model": str(root / "tiny-qwen3"),
         "lora": str(root / "tiny-lora"),
+        "vlm": str(root / "tiny-qwen2.5-vl"),
+        "vllm_mm": str(root / "torchvision-py" / "vllm"),
+        "mm_pythonpath": str(root / "torchvision-py"),
     }
 
 
@@ -175,19 +239,72 @@ def build_lora(root: Path) -> None:
     (lora / MARKER).write_text("ok")
 
 
+def build_vlm(root: Path) -> None:
+    """The tiny vision-language model (its own marker)."""
+    vlm = root / "tiny-qwen2.5-vl"
+    if not _start_over(vlm):
+        return
+    _log(f"building the tiny random Qwen2.5-VL model in {vlm}")
+    python = str(root / "venv" / "bin" / "python")
+    subprocess.run([python, "-c", VLM_SCRIPT, str(vlm)], check=True)
+    with lzma.open(BUNDLED_TOKENIZER / "tokenizer.json.xz", "rb") as src:
+        (vlm / "tokenizer.json").write_bytes(src.read())
+    shutil.copy(BUNDLED_TOKENIZER / "tokenizer_config.json", vlm / "tokenizer_config.json")
+    (vlm / "generation_config.json").write_text(
+        json.dumps({"bos_token_id": 151643, "eos_token_id": [151645, 151643]})
+    )
+    (vlm / "preprocessor_config.json").write_text(json.dumps(VLM_PREPROCESSOR, indent=1))
+    (vlm / MARKER).write_text("ok")
+
+
+def build_torchvision(root: Path) -> None:
+    """torchvision's Python parts beside the venv, and the ``vllm`` wrapper that uses them."""
+    target = root / "torchvision-py"
+    if not _start_over(target):
+        return
+    _log(f"installing {TORCHVISION_SPEC} (pure-Python use) into {target}")
+    python = root / "venv" / "bin" / "python"
+    subprocess.run(
+        [str(python), "-m", "pip", "install", "-q", "--no-deps", "--target", str(target),
+         TORCHVISION_SPEC],
+        check=True,
+    )  # fmt: skip
+    meta = target / "torchvision" / "_meta_registrations.py"
+    text = meta.read_text()
+    text = re.sub(
+        r'^@torch\.library\.register_fake\("(torchvision::\w+)"\)$',
+        r'@(torch.library.register_fake("\1") if torchvision.extension._has_ops() '
+        r"else (lambda f: f))",
+        text,
+        flags=re.M,
+    )
+    meta.write_text(text)
+    wrapper = target / "vllm"
+    vllm = str(root / "venv" / "bin" / "vllm")
+    wrapper.write_text(SHIM_WRAPPER.format(python=python, vllm=vllm))
+    wrapper.chmod(0o755)
+    check = "import torchvision.transforms.v2.functional, transformers; print('ok')"
+    env = {**os.environ, "PYTHONPATH": str(target)}
+    subprocess.run([str(python), "-c", check], check=True, env=env, stdout=subprocess.DEVNULL)
+    (target / MARKER).write_text(TORCHVISION_SPEC)
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--check", action="store_true", help="only report whether it is built")
     args = parser.parse_args()
     root = cache_dir()
     if args.check:
-        ok = _built(root / "venv") and _built(root / "tiny-qwen3") and _built(root / "tiny-lora")
+        parts = ("venv", "tiny-qwen3", "tiny-lora", "tiny-qwen2.5-vl", "torchvision-py")
+        ok = all(_built(root / part) for part in parts)
         print(json.dumps(paths(root) if ok else {}))
         return 0 if ok else 1
     root.mkdir(parents=True, exist_ok=True)
     build_venv(root)
     build_model(root)
     build_lora(root)
+    build_vlm(root)
+    build_torchvision(root)
     print(json.dumps(paths(root)))
     return 0
 

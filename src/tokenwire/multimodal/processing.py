@@ -14,7 +14,7 @@ from __future__ import annotations
 import json
 import math
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -71,14 +71,10 @@ class Processed:
         return sum(f.data.nbytes for f in (self.fields or {}).values()) + 64
 
 
-def _vocab_id(vocab: Mapping[str, int], token: str) -> int | None:
-    return vocab.get(token)
-
-
 def model_media(
     model_dir: str | None,
     model_id: str,
-    vocab: Mapping[str, int],
+    token_id: Callable[[str], int | None],
     *,
     device_normalize: bool | None = None,
 ) -> ModelMedia | None:
@@ -92,8 +88,10 @@ def model_media(
         config = json.load(f)
     if config.get("model_type") not in _QWEN_VL_TYPES:
         return None
-    image_id = config.get("image_token_id", _vocab_id(vocab, _IMAGE_PAD))
-    video_id = config.get("video_token_id", _vocab_id(vocab, _VIDEO_PAD))
+    image_id = config.get("image_token_id", token_id(_IMAGE_PAD))
+    video_id = config.get("video_token_id", token_id(_VIDEO_PAD))
+    if image_id is None or video_id is None:
+        return None
     pre = os.path.join(model_dir, "preprocessor_config.json")
     image_config: dict[str, Any] = {}
     if os.path.isfile(pre):
@@ -120,11 +118,11 @@ def model_media(
     )
 
 
-def synthetic_media(vocab: Mapping[str, int], model_id: str) -> ModelMedia | None:
+def synthetic_media(token_id: Callable[[str], int | None], model_id: str) -> ModelMedia | None:
     """The embedded engine's media side when the tokenizer has Qwen-VL's vision tokens (the
     bundled Qwen3 one has): images counted as Qwen2-VL counts them, no tensors."""
-    image_id = vocab.get(_IMAGE_PAD)
-    if image_id is None or _VISION_START not in vocab or _VISION_END not in vocab:
+    image_id = token_id(_IMAGE_PAD)
+    if image_id is None or token_id(_VISION_START) is None or token_id(_VISION_END) is None:
         return None
     return ModelMedia(
         family="synthetic",

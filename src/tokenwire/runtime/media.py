@@ -64,6 +64,10 @@ def _init_worker(media: ModelMedia, options: MediaOptions, cache_bytes: int) -> 
             _image_processor(media, {})
 
 
+def _ready() -> bool:
+    return True
+
+
 def _cache_put(key: str, value: Processed) -> None:
     cache, cap = _STATE["cache"], _STATE["cap"]
     size = value.nbytes
@@ -148,6 +152,8 @@ class MediaPool:
         self._pending = [0] * n
         self.hits = 0
         self.misses = 0
+        for pool in self._pools:  # (the workers start now, not on the first image)
+            pool.submit(_ready)
 
     def _pick(self, item: MediaItem) -> int:
         if len(self._pools) == 1:

@@ -9,7 +9,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-from collections.abc import Iterator, Mapping
 from typing import Any
 
 from tokenwire.multimodal import MediaLimits, parse_limit_mm_per_prompt
@@ -85,25 +84,6 @@ def _json(value: str | None, flag: str) -> dict[str, Any]:
     return out
 
 
-class _Vocab(Mapping[str, int]):
-    """The tokenizer's ids by token, looked up one at a time."""
-
-    def __init__(self, tok: Tokenizer) -> None:
-        self._tok = tok
-
-    def __getitem__(self, token: str) -> int:
-        i = self._tok.token_to_id(token)
-        if i is None:
-            raise KeyError(token)
-        return i
-
-    def __iter__(self) -> Iterator[str]:
-        return iter(())
-
-    def __len__(self) -> int:
-        return 0
-
-
 def media_features(
     args: argparse.Namespace, tok: Tokenizer
 ) -> tuple[ModelMedia | None, MediaLimits]:
@@ -113,13 +93,12 @@ def media_features(
         per_prompt = parse_limit_mm_per_prompt(args.limit_mm_per_prompt)
     except ValueError as exc:
         raise SystemExit(f"tokenwire: {exc}") from None
-    vocab = _Vocab(tok)
     media: ModelMedia | None
     if args.engine == "vllm":
         folder = args.model if args.model and os.path.isdir(args.model) else None
-        media = model_media(folder, args.model or "", vocab)
+        media = model_media(folder, args.model or "", tok.token_to_id)
     else:
-        media = synthetic_media(vocab, args.model or args.tokenizer or "tokenwire")
+        media = synthetic_media(tok.token_to_id, args.model or args.tokenizer or "tokenwire")
     modalities = media.modalities if media is not None else frozenset()
     modalities = frozenset(m for m in modalities if per_prompt.get(m, 1) != 0 or m in per_prompt)
     return media, MediaLimits(modalities, per_prompt)

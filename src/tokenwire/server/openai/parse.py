@@ -323,6 +323,8 @@ _COMPLETION_KEYS = (
 )
 _CHAT_KEYS = (_COMPLETION_KEYS - {"prompt", "suffix", "best_of"}) | {
     "messages",
+    "mm_processor_kwargs",
+    "media_io_kwargs",
     "tools",
     "tool_choice",
     "chat_template",
