@@ -277,6 +277,8 @@ class Runtime:
             raise QueueFullError("the engine is not running")
         if self.draining:
             raise QueueFullError("the server is shutting down")
+        if plan.media and any(plan.media) and plan.mm_features is None:
+            raise RuntimeError("a plan with media was submitted before prepare_media")
         choices = plan.choices
         if len(self.shard) + choices > self.config.max_concurrent_requests:
             raise OverloadedError(

@@ -21,7 +21,7 @@ from tokenwire.context_length import encode_truncated, encode_within
 from tokenwire.engine import LoraAdapter
 from tokenwire.messages.errors import ValidationError
 from tokenwire.messages.sampling import SamplingParams
-from tokenwire.multimodal import MediaItem
+from tokenwire.multimodal import MediaItem, MediaLimits
 from tokenwire.runtime import DEFAULT_FEATURES, Features, Plan
 from tokenwire.runtime.models import ServedModels
 from tokenwire.server.config import DEFAULT_LIMITS, RequestLimits
@@ -429,9 +429,6 @@ def parse_chat(
         raise ValidationError("messages is required", param="messages")
     media: list[MediaItem] = []
     text, options = render_conversation(body, tok, features, media)
-    if media:
-        assert features.media_limits is not None
-        features.media_limits.check(media)
     stream, include_usage, continuous = _stream_flags(body)
     n = _n(body)
     check_choices(n)
@@ -584,6 +581,8 @@ def render_conversation(
     )
     collect = None if features.media is None else (media if media is not None else [])
     messages = normalize_messages(body["messages"], roles=template_roles(template), media=collect)
+    if collect:
+        (features.media_limits or MediaLimits(features.media.modalities)).check(collect)
     placeholders = features.media.placeholders if features.media is not None else None
     shape_messages(messages, features.chat_template_content_format, template, placeholders)
     options = chat_template_options(body, features.default_chat_template_kwargs)
