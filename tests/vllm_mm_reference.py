@@ -1,9 +1,9 @@
 """Run in the vLLM CPU environment's Python (never imported by tokenwire): vLLM 0.32's own
 multimodal frontend on the inputs tokenwire processed, for the differential tests.
 
-Reads JSON on stdin: ``{"model", "prompt_ids", "images": [url, ...], "mm_processor_kwargs" (the request's),
-"server_mm_processor_kwargs" (``--mm-processor-kwargs``),
-"media_io_kwargs", "limit"}``; prints JSON: the expanded ``prompt_ids``, each feature's
+Reads JSON on stdin: ``{"model", "prompt_ids", "images": [url, ...], "mm_processor_kwargs"
+(the request's), "server_mm_processor_kwargs" (``--mm-processor-kwargs``), "media_io_kwargs",
+"limit"}``; prints JSON: the expanded ``prompt_ids``, each feature's
 ``modality``, ``identifier``, ``mm_hash``, ``offset``, ``length``, and the msgpack frames vLLM's
 serializer writes for the ``mm_features`` list (hex of the main frame, hex of each side buffer)."""
 
