@@ -19,17 +19,20 @@ STEP_MS=10, IMAGE_SIZE=1280x960, WORKERS (tokenwire's --mm-processor-workers; de
 
 from __future__ import annotations
 
+import sys
+from pathlib import Path
+
+# (bench/http.py would shadow the standard library's http package that httpx imports)
+sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != Path(__file__).resolve().parent]
+
 import asyncio
 import base64
-import io
 import json
 import os
 import signal
 import subprocess
-import sys
 import tempfile
 import time
-from pathlib import Path
 
 import httpx
 import numpy as np
@@ -69,19 +72,15 @@ def paths() -> dict[str, str]:
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
-def images(n: int) -> list[str]:
-    """``n`` different PNGs as data: URLs (smooth gradients plus noise: a photo-like size)."""
+def images(n: int, folder: Path) -> None:
+    """``n`` different PNGs in ``folder`` (smooth gradients plus noise: a photo-like size)."""
     from PIL import Image
 
     rng = np.random.default_rng(0)
     base = np.linspace(0, 255, W, dtype=np.float32)[None, :, None] * np.ones((H, 1, 3))
-    out = []
-    for _ in range(n):
+    for k in range(n):
         pixels = (base + rng.normal(0, 12, (H, W, 3))).clip(0, 255).astype(np.uint8)
-        buf = io.BytesIO()
-        Image.fromarray(pixels).save(buf, "PNG")
-        out.append("data:image/png;base64," + base64.b64encode(buf.getvalue()).decode())
-    return out
+        Image.fromarray(pixels).save(folder / f"{k:04d}.png", "PNG")
 
 
 def start(kind: str, env_paths: dict[str, str], logdir: Path) -> tuple[int, list]:
@@ -142,26 +141,45 @@ async def text_stream(client: httpx.AsyncClient, url: str, gaps: list[float], st
                     break
 
 
-async def image_stream(client, url: str, pool: list[str], k: int, done: list, stop: float):
+async def image_stream(client, url: str, bodies: list[bytes], k: int, done: list, stop: float):
+    headers = {"Content-Type": "application/json"}
     while time.monotonic() < stop:
-        image = pool[(k + len(done) * IMAGES) % len(pool)]
-        body = {
-            "model": NAME,
-            "messages": [
-                {
-                    "role": "user",
-                    "content": [
-                        {"type": "image_url", "image_url": {"url": image}},
-                        {"type": "text", "text": "What is in the picture?"},
-                    ],
-                }
-            ],
-            "max_tokens": 8,
-        }
-        resp = await client.post(url + "/v1/chat/completions", json=body)
+        body = bodies[(k + len(done) * IMAGES) % len(bodies)]
+        resp = await client.post(url + "/v1/chat/completions", content=body, headers=headers)
         if resp.status_code != 200:
             raise RuntimeError(resp.text[:500])
         done.append(time.monotonic())
+
+
+def image_load(url: str, folder: str, start: float, stop: float, result) -> None:
+    """The image requests, from a process of their own (so that building and sending them
+    does not delay the measuring loop's timestamps), from ``start`` to ``stop``."""
+    bodies = []
+    for name in sorted(os.listdir(folder)):
+        image = (
+            "data:image/png;base64," + base64.b64encode(Path(folder, name).read_bytes()).decode()
+        )
+        message = {
+            "role": "user",
+            "content": [
+                {"type": "image_url", "image_url": {"url": image}},
+                {"type": "text", "text": "What is in the picture?"},
+            ],
+        }
+        body = {"model": NAME, "messages": [message], "max_tokens": 8}
+        bodies.append(json.dumps(body).encode())
+
+    async def run() -> int:
+        done: list[float] = []
+        await asyncio.sleep(max(0.0, start - time.time()))
+        limits = httpx.Limits(max_connections=64)
+        async with httpx.AsyncClient(timeout=600, limits=limits) as client:
+            jobs = [image_stream(client, url, bodies, k, done, stop) for k in range(IMAGES)]
+            await asyncio.gather(*jobs)
+        return len(done)
+
+    stop = time.monotonic() + (stop - time.time())
+    result.value = asyncio.run(run())
 
 
 async def health(client, url: str, out: list[float], stop: float):
@@ -172,36 +190,45 @@ async def health(client, url: str, out: list[float], stop: float):
         await asyncio.sleep(0.05)
 
 
-async def phase(url: str, pool: list[str] | None) -> dict[str, float]:
+async def phase(url: str, folder: str | None) -> dict[str, float]:
+    import multiprocessing
+
     gaps: list[float] = []
     probes: list[float] = []
-    done: list[float] = []
+    loader = None
+    if folder is not None:  # (the image requests first: the text streams start under load)
+        result = multiprocessing.Value("i", 0)
+        start_at = time.time() + 5
+        loader = multiprocessing.Process(
+            target=image_load, args=(url, folder, start_at, start_at + PHASE + 2, result)
+        )
+        loader.start()
+        await asyncio.sleep(start_at + 2 - time.time())
     limits = httpx.Limits(max_connections=256, max_keepalive_connections=256)
     async with httpx.AsyncClient(timeout=600, limits=limits) as client:
-        if pool is not None:  # (the image requests first: the text streams start under load)
-            warm = time.monotonic() + 2
-            imgs = [image_stream(client, url, pool, k, done, warm + PHASE) for k in range(IMAGES)]
-            tasks = [asyncio.ensure_future(t) for t in imgs]
-            await asyncio.sleep(2)
-        else:
-            tasks = []
         stop = time.monotonic() + PHASE
         others = [text_stream(client, url, gaps, stop) for _ in range(TEXT_STREAMS)]
-        await asyncio.gather(*others, health(client, url, probes, stop), *tasks)
+        await asyncio.gather(*others, health(client, url, probes, stop))
+    images = 0
+    if loader is not None:
+        loader.join(600)
+        images = result.value
     return {
         "itl_p50": float(np.percentile(gaps, 50)) * 1e3,
         "itl_p99": float(np.percentile(gaps, 99)) * 1e3,
         "health_p50": float(np.percentile(probes, 50)) * 1e3,
         "health_p99": float(np.percentile(probes, 99)) * 1e3,
-        "images_per_s": len(done) / PHASE if pool is not None else 0.0,
+        "images_per_s": images / (PHASE + 2),
     }
 
 
 def main() -> None:
     env_paths = paths()
     print(f"preparing {IMAGES * 4} different {W}x{H} PNGs ...", flush=True)
-    pool = images(IMAGES * 4)
     logdir = Path(tempfile.mkdtemp(prefix="tokenwire-bench-mm-"))
+    (logdir / "images").mkdir()
+    images(IMAGES * 4, logdir / "images")
+    pool = str(logdir / "images")
     rows = []
     for kind in FRONTENDS:
         port, procs = start(kind, env_paths, logdir)

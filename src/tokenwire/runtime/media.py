@@ -12,6 +12,8 @@ import contextlib
 import hashlib
 import multiprocessing
 import os
+import threading
+import time
 from collections.abc import Mapping
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
@@ -54,7 +56,23 @@ class MediaOptions:
 _STATE: dict[str, Any] = {}
 
 
+#: How much lower the media workers' CPU priority is than the server's: on a machine with fewer
+#: spare cores than workers, the event loop (streams, ``/health``) is served first.
+WORKER_NICENESS = 10
+
+
+def _watch_parent(parent: int) -> None:
+    """End this worker when the server that started it is gone (however it ended)."""
+    while True:
+        time.sleep(1.0)
+        if os.getppid() != parent:
+            os._exit(0)
+
+
 def _init_worker(media: ModelMedia, options: MediaOptions, cache_bytes: int) -> None:
+    with contextlib.suppress(OSError):
+        os.nice(WORKER_NICENESS)
+    threading.Thread(target=_watch_parent, args=(os.getppid(),), daemon=True).start()
     _STATE.update(media=media, options=options, cache=collections.OrderedDict(), size=0)
     _STATE["cap"] = cache_bytes
     if media.family != "synthetic":
