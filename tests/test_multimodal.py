@@ -405,3 +405,24 @@ def test_wire_layout_side_buffers():
     ]
     assert out[1]["data"]["g"]["data"][2].code == 3  # inline (under 256 bytes)
     assert out[1]["mm_position"] == {"offset": 9, "length": 2, "is_embed": None}
+
+
+def test_engine_core_request_carries_the_features():
+    from tokenwire.engine import EngineRequest
+    from tokenwire.engine.vllm import protocol as wire
+    from tokenwire.messages.sampling import SamplingParams
+    from tokenwire.multimodal.layout import Field
+
+    pixels = np.arange(600, dtype=np.uint8).reshape(20, 30)
+    feature = MMFeature("image", "abc", 4, 5, {"pixel_values": Field(pixels, "flat")})
+    req = EngineRequest("r1", [1, 2, 3, 4, 9, 9, 9, 9, 9], SamplingParams(), mm_features=(feature,))
+    with pytest.raises(ValueError, match="aux"):
+        wire.encode_add(req, {})
+    aux: list = [b""]
+    payload = wire.encode_add(req, {}, aux=aux)
+    msg = msgspec.msgpack.decode(payload)
+    assert msg[0] == "r1" and msg[2][0]["identifier"] == "abc"
+    assert msg[2][0]["data"]["pixel_values"]["data"] == ["uint8", [20, 30], 1]
+    assert bytes(aux[1]) == pixels.tobytes()
+    text = wire.encode_add(EngineRequest("r2", [1], SamplingParams()), {}, aux=[b""])
+    assert msgspec.msgpack.decode(text)[2] is None

@@ -45,12 +45,12 @@ def _content_text(
         if key is None:
             if isinstance(kind, str) and kind in MEDIA_PART_TYPES:
                 at = part.get("_field") or f"{where}.content[{k}]"
-                item = chat_media_part(part, at)
                 if media is None:
                     raise ValidationError(
-                        f"{at}: this model is text-only; it does not accept {item.modality} input",
+                        f"{at} of type {kind!r} is not supported: this model is text-only",
                         param="messages",
                     )
+                item = chat_media_part(part, at)
                 media.append(item)
                 parts.append({"type": item.modality})
                 continue
