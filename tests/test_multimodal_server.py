@@ -249,3 +249,21 @@ def test_a_text_only_model_refuses_images():
             f"{served.url}/generate", json={"text": "x", "image_data": "https://x/a.png"}
         )
         assert out.status_code == 400 and "text-only" in out.text
+
+
+def test_a_dead_worker_is_replaced(server, images):
+    import os
+    import signal
+
+    _, image = images
+    pool = server.runtime.media_pool
+    part = {"type": "image_url", "image_url": {"url": data_url(png(30, 30, seed=9))}}
+    assert _chat(server.url, [part]).status_code == 200
+    (pid,) = pool._pools[0]._processes
+    os.kill(pid, signal.SIGKILL)
+    out = _chat(server.url, [{"type": "image_url", "image_url": {"url": data_url(image)}}])
+    # (the first request after the kill may be the one that meets the dead worker, or not)
+    assert out.status_code in (200, 400), out.text
+    if out.status_code == 400:
+        assert "worker processing this media item ended" in out.json()["error"]["message"]
+    assert _chat(server.url, [part]).status_code == 200

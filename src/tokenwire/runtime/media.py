@@ -16,6 +16,7 @@ import threading
 import time
 from collections.abc import Mapping
 from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -161,12 +162,10 @@ class MediaPool:
         n = max(1, options.workers)
         per_worker = int(options.cache_gb * (1 << 30) / n)
         ctx = multiprocessing.get_context("spawn")
-        self._pools = [
-            ProcessPoolExecutor(
-                1, mp_context=ctx, initializer=_init_worker, initargs=(media, options, per_worker)
-            )
-            for _ in range(n)
-        ]
+        self._start = lambda: ProcessPoolExecutor(
+            1, mp_context=ctx, initializer=_init_worker, initargs=(media, options, per_worker)
+        )
+        self._pools = [self._start() for _ in range(n)]
         self._pending = [0] * n
         self.hits = 0
         self.misses = 0
@@ -190,7 +189,19 @@ class MediaPool:
         self._pending[k] += 1
         try:
             loop = asyncio.get_running_loop()
-            out = await loop.run_in_executor(self._pools[k], _process, item, kwargs, io_kwargs)
+            pool = self._pools[k]
+            out = await loop.run_in_executor(pool, _process, item, kwargs, io_kwargs)
+        except BrokenProcessPool:
+            # The worker died on it (killed, out of memory): a new one takes its place.
+            if self._pools[k] is pool:
+                pool.shutdown(wait=False, cancel_futures=True)
+                self._pools[k] = self._start()
+                self._pools[k].submit(_ready)
+            raise ValidationError(
+                f"{item.field}: the worker processing this media item ended (the item may be "
+                "too large to process)",
+                param="messages" if item.field.startswith("messages") else None,
+            ) from None
         finally:
             self._pending[k] -= 1
         if isinstance(out, TokenwireError):
