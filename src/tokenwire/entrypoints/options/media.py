@@ -100,7 +100,6 @@ def media_features(
     else:
         media = synthetic_media(tok.token_to_id, args.model or args.tokenizer or "tokenwire")
     modalities = media.modalities if media is not None else frozenset()
-    modalities = frozenset(m for m in modalities if per_prompt.get(m, 1) != 0 or m in per_prompt)
     return media, MediaLimits(modalities, per_prompt)
 
 
