@@ -7,6 +7,10 @@ a text-only model refusing images. One server (and one media worker) for the mod
 from __future__ import annotations
 
 import base64
+import importlib.metadata
+import json
+import os
+from pathlib import Path
 
 import httpx
 import pytest
@@ -24,6 +28,8 @@ from served import MODEL, serve
 
 pytestmark = needs_extra
 
+#: The bodies the real clients sent, kept (``TOKENWIRE_CAPTURE_CLIENTS=1`` rewrites them).
+CAPTURED = Path(__file__).resolve().parent / "clients" / "multimodal"
 IMAGE_PAD = 151655
 #: 150x100 -> Qwen2-VL's 112x140 -> 4x5 merged patches.
 TOKENS = 20
@@ -46,6 +52,40 @@ def server(images):
     config = SyntheticConfig(output="replay")
     with serve(config, features=features, media_options=options) as served:
         yield served
+
+
+def _recorder(client: str, http_module=httpx) -> httpx.Client:
+    """An HTTP client for a real API client that keeps every body it sends (the captured
+    fixtures, when ``TOKENWIRE_CAPTURE_CLIENTS=1``)."""
+    bodies: list[dict] = []
+
+    def record(response) -> None:
+        request = response.request
+        if request.method == "POST" and response.status_code == 200:
+            body = json.loads(request.content)
+            bodies.append(
+                {"name": request.url.path, "method": "POST", "path": request.url.path, "body": body}
+            )
+
+    http = http_module.Client(event_hooks={"response": [record]}, timeout=60)
+    http.bodies = bodies  # type: ignore[attr-defined]
+    http.client_name = client  # type: ignore[attr-defined]
+    return http
+
+
+def _keep(http: httpx.Client) -> None:
+    if os.environ.get("TOKENWIRE_CAPTURE_CLIENTS") != "1":
+        return
+    name = http.client_name  # type: ignore[attr-defined]
+    package = {"langchain-openai": "langchain-openai"}.get(name, name)
+    version = importlib.metadata.version(package)
+    CAPTURED.mkdir(exist_ok=True)
+    corpus = {
+        "client": f"{name} {version}",
+        "source": "captured from the client by tests/test_multimodal_server.py",
+        "requests": http.bodies,  # type: ignore[attr-defined]
+    }
+    (CAPTURED / f"{name}.json").write_text(json.dumps(corpus, indent=1) + "\n")
 
 
 def _chat(url: str, content, **kw) -> httpx.Response:
@@ -83,7 +123,8 @@ def test_image_chat_counts_the_image_tokens(server, images):
 
 def test_openai_client_and_responses(server, images):
     openai = pytest.importorskip("openai")
-    client = openai.OpenAI(base_url=f"{server.url}/v1", api_key="x")
+    http = _recorder("openai")
+    client = openai.OpenAI(base_url=f"{server.url}/v1", api_key="x", http_client=http)
     _, image = images
     chat = client.chat.completions.create(
         model=MODEL,
@@ -113,6 +154,7 @@ def test_openai_client_and_responses(server, images):
         ],
     )
     assert resp.output_text and resp.usage.input_tokens > TOKENS
+    _keep(http)
     with pytest.raises(openai.BadRequestError, match="cannot decode the image"):
         client.chat.completions.create(
             model=MODEL,
@@ -128,7 +170,8 @@ def test_openai_client_and_responses(server, images):
 def test_anthropic_client_image_block(server, images):
     anthropic = pytest.importorskip("anthropic")
     _, image = images
-    client = anthropic.Anthropic(base_url=server.url, api_key="x")
+    http = _recorder("anthropic", pytest.importorskip("httpx2"))
+    client = anthropic.Anthropic(base_url=server.url, api_key="x", http_client=http)
     msg = client.messages.create(
         model=MODEL,
         max_tokens=4,
@@ -150,6 +193,7 @@ def test_anthropic_client_image_block(server, images):
         ],
     )
     assert msg.content[0].text and msg.usage.input_tokens > TOKENS
+    _keep(http)
     with pytest.raises(anthropic.BadRequestError) as err:
         client.messages.create(
             model=MODEL,
@@ -174,7 +218,10 @@ def test_langchain_image_message(server, images):
     from langchain_core.messages import HumanMessage
 
     _, image = images
-    chat = lc.ChatOpenAI(model=MODEL, base_url=f"{server.url}/v1", api_key="x", max_tokens=4)
+    http = _recorder("langchain-openai")
+    chat = lc.ChatOpenAI(
+        model=MODEL, base_url=f"{server.url}/v1", api_key="x", max_tokens=4, http_client=http
+    )
     out = chat.invoke(
         [
             HumanMessage(
@@ -186,6 +233,16 @@ def test_langchain_image_message(server, images):
         ]
     )
     assert out.content and out.usage_metadata["input_tokens"] > TOKENS
+    _keep(http)
+
+
+def test_the_captured_client_bodies_replay(server):
+    files = sorted(CAPTURED.glob("*.json"))
+    assert {f.stem for f in files} >= {"openai", "anthropic", "langchain-openai"}
+    for path in files:
+        for req in json.loads(path.read_text())["requests"]:
+            out = httpx.post(server.url + req["path"], json=req["body"], timeout=60)
+            assert out.status_code == 200, (path.name, out.text)
 
 
 def test_generate_image_data(server, images):
