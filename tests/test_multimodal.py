@@ -426,3 +426,32 @@ def test_engine_core_request_carries_the_features():
     assert bytes(aux[1]) == pixels.tobytes()
     text = wire.encode_add(EngineRequest("r2", [1], SamplingParams()), {}, aux=[b""])
     assert msgspec.msgpack.decode(text)[2] is None
+
+
+def test_messages_shaped_for_each_template_format():
+    from tokenwire.chat.messages import normalize_messages
+    from tokenwire.chat.templates import shape_messages
+
+    mark = "<|vision_start|><|image_pad|><|vision_end|>"
+    part = {"type": "image_url", "image_url": {"url": "https://x/a.png"}}
+    content = [{"type": "text", "text": "one"}, part, {"type": "text", "text": "two"}, part]
+    media: list = []
+    msgs = normalize_messages([{"role": "user", "content": content}], media=media)
+    assert [m.modality for m in media] == ["image", "image"]
+    assert msgs[0]["content"][1] == {"type": "image"}
+    string = [dict(m) for m in msgs]
+    shape_messages(string, "string", None, {"image": mark})
+    # (vLLM: the items' placeholders first, then the text parts joined by newlines)
+    assert string[0]["content"] == f"{mark}\n{mark}\none\ntwo"
+    openai = [dict(m) for m in msgs]
+    shape_messages(openai, "openai", None, {"image": mark})
+    assert [p["type"] for p in openai[0]["content"]] == ["text", "image", "text", "image"]
+    # a placeholder the text already has stays where it is
+    own = normalize_messages([{"role": "user", "content": [part, f"see {mark} here"]}], media=[])
+    shape_messages(own, "string", None, {"image": mark})
+    assert own[0]["content"] == f"see {mark} here"
+    with pytest.raises(ValidationError, match="more"):
+        two = normalize_messages([{"role": "user", "content": [part, f"{mark}{mark}"]}], media=[])
+        shape_messages(two, "string", None, {"image": mark})
+    with pytest.raises(ValidationError, match="text-only"):
+        normalize_messages([{"role": "user", "content": [part]}])
