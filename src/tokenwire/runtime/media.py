@@ -27,7 +27,14 @@ from tokenwire.multimodal.processing import expand_placeholders, process_image
 from tokenwire.runtime.media_fetch import FetchRules, fetch_media
 from tokenwire.runtime.plan import Plan
 
-__all__ = ["MediaOptions", "MediaPool", "default_workers"]
+__all__ = ["MediaOptions", "MediaPool", "default_workers", "extra_installed"]
+
+
+def extra_installed() -> bool:
+    """Whether ``tokenwire[multimodal]`` is installed (Pillow, transformers, blake3)."""
+    import importlib.util
+
+    return all(importlib.util.find_spec(m) is not None for m in ("PIL", "transformers", "blake3"))
 
 
 def default_workers() -> int:

@@ -48,8 +48,9 @@ from tokenwire.messages.frames import (
     decode_error_frame,
     decode_result_frame,
 )
+from tokenwire.multimodal.media import MissingExtraError
 from tokenwire.runtime.config import RuntimeConfig
-from tokenwire.runtime.media import MediaPool
+from tokenwire.runtime.media import MediaPool, extra_installed
 from tokenwire.runtime.metrics import EngineCollector, EngineSeries, Metrics, SharedMetrics
 from tokenwire.runtime.models import ServedModels
 from tokenwire.runtime.plan import Plan
@@ -117,7 +118,7 @@ class Runtime:
         max_prompt_chars(self.tokenizer)  # (a vocabulary scan)
         decode_table(self.tokenizer, False)
         await self.engine.start(self.on_output)
-        if self.features.media is not None and self.media_pool is None:
+        if self.features.media is not None and self.media_pool is None and extra_installed():
             self.media_pool = MediaPool(self.features.media, self.config.media_options)
         if self.models.adapters and getattr(self.engine, "supports_lora", True) is False:
             await self.engine.close()
@@ -260,6 +261,8 @@ class Runtime:
         if not plan.media or not any(plan.media):
             return
         if self.media_pool is None:
+            if self.features.media is not None:
+                raise MissingExtraError("media input")
             raise ValidationError("this model is text-only; it does not accept media input")
         await self.media_pool.prepare(plan)
         limit = self.tokenizer.max_model_len
