@@ -266,12 +266,20 @@ class Runtime:
             raise ValidationError("this model is text-only; it does not accept media input")
         await self.media_pool.prepare(plan)
         limit = self.tokenizer.max_model_len
+        field = "messages" if plan.route == "chat" else "prompt"
         for ids in plan.prompts:
             if limit and len(ids) >= limit:
                 raise ValidationError(
                     f"the prompt with its media is {len(ids)} tokens, over the model's context "
                     f"length of {limit}",
-                    param="messages" if plan.route == "chat" else "prompt",
+                    param=field,
+                )
+            wanted = plan.params.max_new_tokens
+            if limit and wanted is not None and len(ids) + wanted > limit:
+                raise ValidationError(
+                    f"the prompt with its media ({len(ids)} tokens) plus {wanted} output tokens "
+                    f"is over the model's context length of {limit}",
+                    param="max_tokens",
                 )
 
     def submit(self, plan: Plan) -> list[tuple[str, int, EgressSink]]:
