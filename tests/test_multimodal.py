@@ -455,3 +455,31 @@ def test_messages_shaped_for_each_template_format():
         shape_messages(two, "string", None, {"image": mark})
     with pytest.raises(ValidationError, match="text-only"):
         normalize_messages([{"role": "user", "content": [part]}])
+
+
+def test_vllm_frontend_takes_vllms_media_flags(tmp_path, monkeypatch):
+    import json
+
+    from tokenwire.entrypoints.options import media as options
+    from tokenwire.entrypoints.vllm_frontend import settings_from_args
+
+    (tmp_path / "config.json").write_text(
+        json.dumps(
+            {"model_type": "qwen2_5_vl", "image_token_id": IMAGE_PAD, "video_token_id": 151656}
+        )
+    )
+    raw = {
+        "model": str(tmp_path),
+        "limit_mm_per_prompt": {"image": 3},
+        "allowed_local_media_path": str(tmp_path),
+        "media_io_kwargs": {"image": {"image_mode": "RGB"}},
+        "mm_processor_cache_gb": 1,
+    }
+    settings = settings_from_args(json.dumps(raw))
+    monkeypatch.setenv("VLLM_USE_RUST_FRONTEND", "1")
+    found, limits = options.media_features(settings["media"], Tokenizer.default())
+    assert found is not None and found.family == "qwen2_vl" and limits.limit("image") == 3
+    assert not found.device_normalize  # (vLLM turns device normalization off for this seam)
+    opts = options.media_options(settings["media"])
+    assert opts.rules.allowed_local_media_path == str(tmp_path) and opts.cache_gb == 1
+    assert opts.media_io_kwargs == {"image": {"image_mode": "RGB"}}

@@ -84,6 +84,21 @@ def _json(value: str | None, flag: str) -> dict[str, Any]:
     return out
 
 
+def _model_folder(model: str | None) -> str | None:
+    """``--model``'s folder: itself, or the Hugging Face Hub snapshot of its configuration files
+    (the processor's too) when it names a repository; None when neither is there."""
+    if not model:
+        return None
+    if os.path.isdir(model):
+        return model
+    try:
+        from huggingface_hub import snapshot_download
+
+        return snapshot_download(model, allow_patterns=["*.json"])
+    except Exception:  # (offline, or no such repository: the model is served as text-only)
+        return None
+
+
 def media_features(
     args: argparse.Namespace, tok: Tokenizer
 ) -> tuple[ModelMedia | None, MediaLimits]:
@@ -95,7 +110,7 @@ def media_features(
         raise SystemExit(f"tokenwire: {exc}") from None
     media: ModelMedia | None
     if args.engine == "vllm":
-        folder = args.model if args.model and os.path.isdir(args.model) else None
+        folder = _model_folder(args.model)
         media = model_media(folder, args.model or "", tok.token_to_id)
     else:
         media = synthetic_media(tok.token_to_id, args.model or args.tokenizer or "tokenwire")
