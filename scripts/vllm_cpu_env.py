@@ -127,11 +127,15 @@ import sys
 here = os.path.dirname(os.path.abspath(__file__))
 os.environ["PYTHONPATH"] = here + os.pathsep + os.environ.get("PYTHONPATH", "")
 sys.path.insert(0, here)
-sys.argv[0] = {vllm!r}
-with open({vllm!r}) as f:
-    code = compile(f.read(), {vllm!r}, "exec")
-exec(code, {{"__name__": "__main__", "__file__": {vllm!r}}})
+if __name__ == "__main__":  # (not when a spawned child of vLLM's imports this file again)
+    sys.argv[0] = {vllm!r}
+    with open({vllm!r}) as f:
+        code = compile(f.read(), {vllm!r}, "exec")
+    exec(code, {{"__name__": "__main__", "__file__": {vllm!r}}})
 """
+
+#: What the ``torchvision-py`` part's marker says: a part built with an older wrapper is rebuilt.
+TORCHVISION_STAMP = TORCHVISION_SPEC + " wrapper 2"
 
 MODEL_SCRIPT = r"""
 import sys, torch, transformers
@@ -260,6 +264,9 @@ def build_vlm(root: Path) -> None:
 def build_torchvision(root: Path) -> None:
     """torchvision's Python parts beside the venv, and the ``vllm`` wrapper that uses them."""
     target = root / "torchvision-py"
+    marker = target / MARKER
+    if marker.exists() and marker.read_text() != TORCHVISION_STAMP:
+        marker.unlink()  # (built by an earlier version of this script)
     if not _start_over(target):
         return
     _log(f"installing {TORCHVISION_SPEC} (pure-Python use) into {target}")
@@ -286,7 +293,7 @@ def build_torchvision(root: Path) -> None:
     check = "import torchvision.transforms.v2.functional, transformers; print('ok')"
     env = {**os.environ, "PYTHONPATH": str(target)}
     subprocess.run([str(python), "-c", check], check=True, env=env, stdout=subprocess.DEVNULL)
-    (target / MARKER).write_text(TORCHVISION_SPEC)
+    (target / MARKER).write_text(TORCHVISION_STAMP)
 
 
 def main() -> int:
