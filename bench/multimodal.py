@@ -96,7 +96,7 @@ def start(kind: str, env_paths: dict[str, str], logdir: Path) -> tuple[int, list
         argv = [env_paths["vllm_mm"], "serve", vlm, "--served-model-name", NAME]
         argv += ["--port", str(port), "--max-model-len", "4096", "--data-parallel-size", "1"]
         argv += ["--data-parallel-size-local", "0", "--data-parallel-address", "127.0.0.1"]
-        argv += ["--data-parallel-rpc-port", str(rpc), "--disable-log-requests"]
+        argv += ["--data-parallel-rpc-port", str(rpc)]
         argv += ["--uvicorn-log-level", "warning"]
     with open(logdir / f"{kind}.log", "wb") as log:
         front = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, env=ENV)
@@ -246,6 +246,7 @@ def main() -> None:
                 except subprocess.TimeoutExpired:
                     p.kill()
         rows.append((kind, base, loaded))
+        print(kind, json.dumps({"text": base, "+images": loaded}), flush=True)
     print(
         f"\n{TEXT_STREAMS} text streams (+ {IMAGES} image requests in flight, {W}x{H} PNGs), "
         f"mock engine stepping every {STEP_MS} ms, {PHASE:g} s a phase\n"
