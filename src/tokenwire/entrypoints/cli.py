@@ -8,7 +8,15 @@ import sys
 from collections.abc import Sequence
 
 from tokenwire.entrypoints import mock_engine, serve
-from tokenwire.entrypoints.options import adapters, engine, limits, operations, output, server
+from tokenwire.entrypoints.options import (
+    adapters,
+    engine,
+    limits,
+    media,
+    operations,
+    output,
+    server,
+)
 
 __all__ = ["build_parser", "main"]
 
@@ -33,6 +41,7 @@ def build_parser() -> argparse.ArgumentParser:
     engine.add_arguments(cmd)
     limits.add_arguments(cmd)
     output.add_arguments(cmd)
+    media.add_arguments(cmd)
     adapters.add_arguments(cmd)
     operations.add_arguments(cmd)
     mock = sub.add_parser(

@@ -10,7 +10,15 @@ import time
 from typing import Any
 
 from tokenwire.engine import Engine
-from tokenwire.entrypoints.options import adapters, engine, limits, operations, output, server
+from tokenwire.entrypoints.options import (
+    adapters,
+    engine,
+    limits,
+    media,
+    operations,
+    output,
+    server,
+)
 from tokenwire.server import ServerConfig, create_app
 from tokenwire.server.serving import TokenwireServer, uvicorn_config
 
@@ -41,7 +49,10 @@ def _serve(args: argparse.Namespace) -> int:
         defaults = output.generation_defaults(args, tok)
     except ValueError as exc:
         raise SystemExit(f"tokenwire: {exc}") from None
-    features = dataclasses.replace(features, generation_defaults=defaults)
+    model_media, media_limits = media.media_features(args, tok)
+    features = dataclasses.replace(
+        features, generation_defaults=defaults, media=model_media, media_limits=media_limits
+    )
     holder: dict[str, Any] = {}
 
     def should_stop() -> bool:
@@ -83,6 +94,7 @@ def _serve(args: argparse.Namespace) -> int:
             dev_mode=adapters.dev_mode(),
             model_root=args.model or args.tokenizer,
             tokenizer_info=args.enable_tokenizer_info_endpoint,
+            media_options=media.media_options(args),
         ),
     )
     banner = (

@@ -132,6 +132,7 @@ def settings_from_args(args_json: str) -> dict[str, Any]:
         "log_level": "info",
         "operations": operations_from_args(raw),
         "pooler_config": _pooler_config(raw.get("pooler_config")),
+        "media": media_from_args(raw, str(model), str(raw.get("tokenizer") or model)),
     }
 
 
@@ -143,6 +144,28 @@ def _pooler_config(value: Any) -> dict[str, Any]:
     return dict(value) if isinstance(value, dict) else {}
 
 
+def media_from_args(raw: dict[str, Any], model: str, tokenizer: str) -> argparse.Namespace:
+    """vLLM's media flags from its arguments, under ``tokenwire serve``'s names."""
+
+    def as_json(value: Any) -> str | None:
+        return json.dumps(value) if isinstance(value, dict) else value
+
+    workers = raw.get("mm_processor_workers")
+    return argparse.Namespace(
+        engine="vllm",
+        model=model,
+        tokenizer=tokenizer,
+        limit_mm_per_prompt=as_json(raw.get("limit_mm_per_prompt")),
+        allowed_media_domains=raw.get("allowed_media_domains"),
+        allowed_local_media_path=raw.get("allowed_local_media_path") or None,
+        media_io_kwargs=as_json(raw.get("media_io_kwargs")),
+        mm_processor_kwargs=as_json(raw.get("mm_processor_kwargs")),
+        mm_processor_cache_gb=float(raw.get("mm_processor_cache_gb", 4.0)),
+        mm_processor_workers=int(workers) if isinstance(workers, int) else None,
+        mm_hasher_algorithm=str(raw.get("mm_hasher_algorithm") or "blake3"),
+    )
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     settings = settings_from_args(args.args_json)
@@ -151,7 +174,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     import uvicorn
 
     from tokenwire.engine.vllm import VllmEngine, VllmEngineConfig
-    from tokenwire.entrypoints.options import operations, server
+    from tokenwire.entrypoints.options import media, operations, server
     from tokenwire.entrypoints.options.adapters import dev_mode, runtime_lora_updating
     from tokenwire.generation_config import load_generation_defaults
     from tokenwire.pooling import PoolingModel
@@ -183,11 +206,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         model_generation_config=tok.generation_config,
     )
     log.info("generation defaults: %s", defaults.describe())
+    model_media, media_limits = media.media_features(settings["media"], tok)
     features = Features(
         generation_defaults=defaults,
         default_chat_template_kwargs=settings["default_chat_template_kwargs"],
         prompt_tokens_details=settings["enable_prompt_tokens_details"],
         return_tokens_as_token_ids=settings["return_tokens_as_token_ids"],
+        media=model_media,
+        media_limits=media_limits,
     )
     lora = settings["enable_lora"]
     app = create_app(
@@ -210,6 +236,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 else None
             ),
             pooler_config=settings["pooler_config"],
+            media_options=media.media_options(settings["media"]),
         ),
     )
     listener = socket.socket(fileno=args.listen_fd)

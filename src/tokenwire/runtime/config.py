@@ -10,6 +10,7 @@ from typing import Any
 
 from tokenwire.pooling.tasks import PoolingModel
 from tokenwire.runtime.features import Features
+from tokenwire.runtime.media import MediaOptions
 from tokenwire.shard import DEFAULT_MAX_STALL
 
 __all__ = ["RuntimeConfig"]
@@ -38,6 +39,8 @@ class RuntimeConfig:
     stall_timeout: float | None = DEFAULT_MAX_STALL
     #: Output parsing and the other OpenAI features (reasoning, tool calls...).
     features: Features = dataclasses.field(default_factory=Features)
+    #: The media flags (a multimodal model: ``features.media`` set).
+    media_options: MediaOptions = dataclasses.field(default_factory=MediaOptions)
     #: With several API-server processes: the directory where each shares its metrics, and
     #: this one's index (``tokenwire serve --api-server-count``).
     metrics_dir: str | None = None

@@ -10,6 +10,7 @@ from typing import Any
 
 from tokenwire.chat import CONTENT_FORMATS
 from tokenwire.generation_config import GenerationDefaults
+from tokenwire.multimodal import MediaLimits, ModelMedia
 from tokenwire.parsers import REASONING_PARSERS, TOOL_CALL_PARSERS
 
 __all__ = ["DEFAULT_FEATURES", "REASONING_FIELDS", "Features"]
@@ -36,6 +37,9 @@ class Features:
     structured_outputs: bool = False
     #: The request fields only some engines honour that this one does (``REQUEST_FIELDS``).
     engine_fields: frozenset[str] = frozenset()
+    #: The served model's multimodal side (None: text only) and the items a prompt may carry.
+    media: ModelMedia | None = None
+    media_limits: MediaLimits | None = None
     #: ``--chat-template``: replaces the tokenizer's template (the template text).
     chat_template: str | None = None
     #: ``--chat-template-content-format``: ``auto``, ``string`` or ``openai``.

@@ -6,9 +6,11 @@ from __future__ import annotations
 import time
 import uuid
 from dataclasses import dataclass, field
+from typing import Any
 
 from tokenwire.engine import LoraAdapter
 from tokenwire.messages.sampling import SamplingParams
+from tokenwire.multimodal import MediaItem, MMFeature
 from tokenwire.parsers.output import OutputSpec
 
 __all__ = ["Plan"]
@@ -71,6 +73,12 @@ class Plan:
     #: vLLM's beam search: ``(beam width, length penalty)``; the search runs in the frontend
     #: (``server/openai/beam.py``), so ``Runtime.submit`` submits nothing for the plan itself.
     beam: tuple[int, float] | None = None
+    #: Media items, one list per prompt (None: text only), the request's ``mm_processor_kwargs``
+    #: and ``media_io_kwargs``, and, once processed (``Runtime.prepare_media``), each prompt's
+    #: features (its ids then have the placeholders expanded).
+    media: list[list[MediaItem]] | None = None
+    media_options: dict[str, Any] = field(default_factory=dict)
+    mm_features: list[list[MMFeature]] | None = None
     id: str = field(default_factory=lambda: uuid.uuid4().hex)
     created: int = field(default_factory=lambda: int(time.time()))
 

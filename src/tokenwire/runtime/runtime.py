@@ -55,7 +55,9 @@ from tokenwire.messages.frames import (
     decode_result_frame,
 )
 from tokenwire.pooling.tasks import PoolingModel, choose_pooling_task
+from tokenwire.multimodal.media import MissingExtraError
 from tokenwire.runtime.config import RuntimeConfig
+from tokenwire.runtime.media import MediaPool, extra_installed
 from tokenwire.runtime.metrics import EngineCollector, EngineSeries, Metrics, SharedMetrics
 from tokenwire.runtime.models import ServedModels
 from tokenwire.runtime.plan import Plan
@@ -126,6 +128,8 @@ class Runtime:
         self._watchdog: asyncio.Task[None] | None = None
         #: Set once a graceful shutdown begins: new requests are refused.
         self.draining = False
+        #: The media workers (a multimodal model only; started with the runtime).
+        self.media_pool: MediaPool | None = None
 
     # ---- engine side -----------------------------------------------------------------------------
 
@@ -134,6 +138,8 @@ class Runtime:
         max_prompt_chars(self.tokenizer)  # (a vocabulary scan)
         decode_table(self.tokenizer, False)
         await self.engine.start(self.on_output)
+        if self.features.media is not None and self.media_pool is None and extra_installed():
+            self.media_pool = MediaPool(self.features.media, self.config.media_options)
         if self.models.adapters and getattr(self.engine, "supports_lora", True) is False:
             await self.engine.close()
             raise RuntimeError(
@@ -189,6 +195,8 @@ class Runtime:
             with contextlib.suppress(Exception):
                 asyncio.get_running_loop().remove_signal_handler(signal.SIGUSR1)
         await self.engine.close()
+        if self.media_pool is not None:
+            self.media_pool.close()
         self._fail_all(QueueFullError("the server is shutting down"))
         if self.shared_metrics is not None:
             with contextlib.suppress(OSError):
@@ -298,6 +306,33 @@ class Runtime:
                 raise
             raise ValidationError(exc.detail.replace(exc.param, field, 1), param=field) from None
 
+    async def prepare_media(self, plan: Plan) -> None:
+        """Before ``submit``: a plan's media fetched and processed in the media workers (off the
+        event loop), its prompts' placeholders expanded; a text-only server refuses media."""
+        if not plan.media or not any(plan.media):
+            return
+        if self.media_pool is None:
+            if self.features.media is not None:
+                raise MissingExtraError("media input")
+            raise ValidationError("this model is text-only; it does not accept media input")
+        await self.media_pool.prepare(plan)
+        limit = self.tokenizer.max_model_len
+        field = "messages" if plan.route == "chat" else "prompt"
+        for ids in plan.prompts:
+            if limit and len(ids) >= limit:
+                raise ValidationError(
+                    f"the prompt with its media is {len(ids)} tokens, over the model's context "
+                    f"length of {limit}",
+                    param=field,
+                )
+            wanted = plan.params.max_new_tokens
+            if limit and wanted is not None and len(ids) + wanted > limit:
+                raise ValidationError(
+                    f"the prompt with its media ({len(ids)} tokens) plus {wanted} output tokens "
+                    f"is over the model's context length of {limit}",
+                    param="max_tokens",
+                )
+
     def submit(self, plan: Plan) -> list[tuple[str, int, EgressSink]]:
         """Register and submit every choice of ``plan``: ``(rid, prompt index, sink)`` each."""
         if not self.engine.alive:
@@ -312,6 +347,8 @@ class Runtime:
             )
         if plan.beam is not None:  # (the frontend's beam search submits each step itself)
             return []
+        if plan.media and any(plan.media) and plan.mm_features is None:
+            raise RuntimeError("a plan with media was submitted before prepare_media")
         choices = plan.choices
         if not plan.stream:
             check_gathered_logprobs(plan, self.tokenizer.max_model_len)
@@ -353,6 +390,7 @@ class Runtime:
                             lora=plan.lora,
                             data_parallel_rank=plan.data_parallel_rank,
                             session_id=plan.session_id,
+                            mm_features=(tuple(plan.mm_features[p]) if plan.mm_features else None),
                         )
                     )
         except BaseException:

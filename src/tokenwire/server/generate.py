@@ -5,11 +5,14 @@ chunks carry the text and output ids so far; the last ``meta_info`` carries ``ma
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from tokenwire.messages.egress import Done, Error, Frame
 from tokenwire.messages.errors import ValidationError
 from tokenwire.messages.sampling import SamplingParams
+from tokenwire.multimodal import MediaItem, MediaLimits
+from tokenwire.multimodal.parts import generate_media
 from tokenwire.runtime import DEFAULT_FEATURES, Features, Plan, Runtime
 from tokenwire.runtime.models import ServedModels
 from tokenwire.server.config import DEFAULT_LIMITS, RequestLimits
@@ -71,10 +74,26 @@ _GENERATE_KEYS = {
     "priority",
     "return_prompt_token_ids",
     "modalities",
+    "image_data",
+    "audio_data",
+    "video_data",
+    "mm_processor_kwargs",
     *REFUSED,
     *ENGINE_FIELDS,
     *INFORMATIONAL,
 }
+
+
+def _with_placeholders(
+    value: str | list[str], media: list[list[MediaItem]], placeholders: Mapping[str, str]
+) -> str | list[str]:
+    """Each text prompt with its media's placeholders put first, when it names none of them."""
+    texts = [value] if isinstance(value, str) else list(value)
+    for p, items in enumerate(media[: len(texts)]):
+        marks = [placeholders[i.modality] for i in items if i.modality in placeholders]
+        if marks and not any(m in texts[p] for m in set(marks)):
+            texts[p] = "".join(marks) + texts[p]
+    return texts[0] if isinstance(value, str) else texts
 
 
 def parse_generate(
@@ -119,7 +138,20 @@ def parse_generate(
             "input_ids must be a list of token ids or a list of such lists", param="input_ids"
         )
     sglang_lp = generate_logprobs_request(body, features.max_logprobs)
+    media = generate_media(body)
+    if media is not None and not any(media):
+        media = None
+    if has_text and media is not None and features.media is not None:
+        value = _with_placeholders(value, media, features.media.placeholders)
     prompts = prompt_ids(value, tok, field_name, add_special=True)
+    if media is not None:
+        if len(media) != len(prompts):
+            raise ValidationError(
+                f"{len(media)} lists of media for {len(prompts)} prompts", param="image_data"
+            )
+        limits_of = features.media_limits or MediaLimits(frozenset())
+        for items in media:
+            limits_of.check(items, param=items[0].field.split("[")[0] if items else "image_data")
     stream = body.get("stream", False)
     if not isinstance(stream, bool):
         raise ValidationError(f"stream must be a boolean, got {stream!r}", param="stream")
@@ -217,9 +249,20 @@ def parse_generate(
         sglang_logprobs_by_ids=by_ids,
         lora=lora,
         return_prompt_token_ids=flag(body, "return_prompt_token_ids", False),
+        media=media,
+        media_options=_generate_media_options(body) if media is not None else {},
         **engine_kw,
         **extra,
     )
+
+
+def _generate_media_options(body: dict[str, Any]) -> dict[str, Any]:
+    kwargs = body.get("mm_processor_kwargs")
+    if kwargs is None:
+        return {}
+    if not isinstance(kwargs, dict):
+        raise ValidationError("mm_processor_kwargs must be an object", param="mm_processor_kwargs")
+    return {"mm_processor_kwargs": kwargs}
 
 
 def _with_defaults(sp: Any, features: Features) -> Any:

@@ -386,6 +386,7 @@ async def serve_plan(
     received.set(time.perf_counter())
     try:
         plan = await limits.parse_body(receive, parse)
+        await rt.prepare_media(plan)  # (media fetched and processed in the media workers)
         # (an engine compiles a grammar off the event loop, each client in its turn)
         await rt.check_grammar(plan, client_key(current_scope.get()))
         subs = rt.submit(plan)

@@ -339,15 +339,21 @@ class VllmEngine:
         sampling = wire.sampling_params_map(
             request.params, len(request.prompt_ids), self.max_model_len, self.eos
         )
+        aux: list[Any] = [b""]
         payload = wire.encode_add(
             request,
             sampling,
             client_index=self.config.client_index,
             priority=getattr(request, "priority", 0) or 0,
+            aux=aux,
         )
         assert self._input_sync is not None
         try:
-            _send(self._input_sync, core.identity, wire.ADD, payload)
+            if len(aux) > 1:  # (a multimodal request's tensors: side buffers, not copied)
+                frames = (core.identity, wire.ADD, payload, *aux[1:])
+                self._input_sync.send_multipart(frames, copy=False)
+            else:
+                _send(self._input_sync, core.identity, wire.ADD, payload)
         except zmq.ZMQError as exc:
             self._core_died(core, f"cannot reach engine rank {core.rank}: {exc}")
             raise QueueFullError(f"the engine is not reachable ({exc})") from None

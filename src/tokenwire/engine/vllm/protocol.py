@@ -36,6 +36,7 @@ from tokenwire.messages.errors import CodecError
 from tokenwire.messages.finish_reason import FinishReason
 from tokenwire.messages.frames import Decoded
 from tokenwire.messages.sampling import TOP_K_ALL, SamplingParams
+from tokenwire.multimodal.layout import wire_features
 
 __all__ = [
     "ABORT",
@@ -330,13 +331,21 @@ def encode_add(
     client_index: int = 0,
     priority: int = 0,
     arrival_time: float | None = None,
+    aux: list[Any] | None = None,
 ) -> bytes:
-    """An ``EngineCoreRequest`` payload (the ADD type byte travels as its own frame)."""
+    """An ``EngineCoreRequest`` payload (the ADD type byte travels as its own frame). A
+    multimodal request's tensors go to ``aux`` (a list holding the payload's own slot first):
+    they travel as frames after the payload, in that order (vLLM's side buffers)."""
     arrival = time.time() if arrival_time is None else arrival_time
+    mm = None
+    if request.mm_features:
+        if aux is None:
+            raise ValueError("a request with mm_features needs aux frames")
+        mm = wire_features(request.mm_features, aux)
     fields: list[Any] = [
         request.rid,
         request.prompt_ids,
-        None,  # mm_features
+        mm,  # mm_features
         sampling,
         None,  # pooling_params
         arrival,

@@ -278,6 +278,10 @@ def vllm_engines(args: argparse.Namespace) -> tuple[str, Any]:
     pooler = getattr(args, "pooler_config", None)
     if pooler and not any(a.startswith("--pooler-config") for a in extra):
         extra += ["--pooler-config", json.dumps(pooler)]
+    if hasattr(args, "mm_processor_cache_gb"):
+        from tokenwire.entrypoints.options.media import vllm_media_args
+
+        extra += vllm_media_args(args, extra)
     launcher = VllmLauncher(
         args.model,
         port=port,

@@ -17,6 +17,7 @@ from typing import Any
 
 from tokenwire.chat.messages import check_count
 from tokenwire.messages.errors import ValidationError
+from tokenwire.multimodal.parts import anthropic_image
 from tokenwire.server.as_chat import Renames
 from tokenwire.server.fields import is_int, warn_unknown_fields
 
@@ -104,20 +105,28 @@ def _tool_result(block: Mapping[str, Any], where: str) -> dict[str, Any]:
 
 
 def _user(content: Any, where: str) -> list[dict[str, Any]]:
-    """A user turn: its tool results as ``tool`` messages, then its text."""
-    tools, texts = [], []
+    """A user turn: its tool results as ``tool`` messages, then its text and images (as chat
+    ``image_url`` parts, in order)."""
+    tools, texts, parts = [], [], []
     for k, block in enumerate(_blocks(content, f"{where}.content")):
         at = f"{where}.content[{k}]"
         kind = block["type"]
         if kind == "text":
             texts.append(_string(block.get("text"), f"{at}.text"))
+            parts.append({"type": "text", "text": texts[-1]})
+        elif kind == "image":
+            item = anthropic_image(block, at)
+            parts.append({"type": "image_url", "image_url": {"url": item.url}, "_field": at})
         elif kind == "tool_result":
             tools.append(_tool_result(block, at))
         else:
             raise ValidationError(
-                f"{at} of type {kind[:40]!r} is not supported in a user turn (text, tool_result)",
+                f"{at} of type {kind[:40]!r} is not supported in a user turn (text, image, "
+                "tool_result)",
                 param="messages",
             )
+    if len(parts) > len(texts):  # images: the parts as they came
+        return tools + [{"role": "user", "content": parts}]
     return tools + ([{"role": "user", "content": "\n".join(texts)}] if texts or not tools else [])
 
 

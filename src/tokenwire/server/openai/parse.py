@@ -21,6 +21,7 @@ from tokenwire.context_length import encode_truncated, encode_within
 from tokenwire.engine import LoraAdapter
 from tokenwire.messages.errors import ValidationError
 from tokenwire.messages.sampling import SamplingParams
+from tokenwire.multimodal import MediaItem, MediaLimits
 from tokenwire.runtime import DEFAULT_FEATURES, Features, Plan
 from tokenwire.runtime.models import ServedModels
 from tokenwire.server.config import DEFAULT_LIMITS, RequestLimits
@@ -323,6 +324,8 @@ _COMPLETION_KEYS = (
 )
 _CHAT_KEYS = (_COMPLETION_KEYS - {"prompt", "suffix", "best_of"}) | {
     "messages",
+    "mm_processor_kwargs",
+    "media_io_kwargs",
     "tools",
     "tool_choice",
     "chat_template",
@@ -432,7 +435,8 @@ def parse_chat(
     check_chat_refused(body)
     if "messages" not in body:
         raise ValidationError("messages is required", param="messages")
-    text, options = render_conversation(body, tok, features)
+    media: list[MediaItem] = []
+    text, options = render_conversation(body, tok, features, media)
     stream, include_usage, continuous = _stream_flags(body)
     n = _n(body)
     check_choices(n)
@@ -486,6 +490,9 @@ def parse_chat(
     )
     if special and body.get("skip_special_tokens") is None:  # the call markup is special tokens
         params.skip_special_tokens = False
+    media_plan = None
+    if media:
+        media_plan = {"media": [media], "media_options": _media_options(body)}
     return Plan(
         "chat",
         prompts,
@@ -509,8 +516,24 @@ def parse_chat(
         echo=_chat_echo(body),
         return_prompt_token_ids=flag(body, "return_prompt_token_ids", False),
         prompt_text=text if flag(body, "return_prompt_text", False) else None,
+        **(media_plan or {}),
         **extras,
     )
+
+
+def _media_options(body: Mapping[str, Any]) -> dict[str, Any]:
+    """The request's ``mm_processor_kwargs`` and ``media_io_kwargs`` (vLLM's fields)."""
+    out: dict[str, Any] = {}
+    for name in ("mm_processor_kwargs", "media_io_kwargs"):
+        value = body.get(name)
+        if value is None:
+            continue
+        if not isinstance(value, dict) or (
+            name == "media_io_kwargs" and not all(isinstance(v, dict) for v in value.values())
+        ):
+            raise ValidationError(f"{name} must be an object", param=name)
+        out[name] = value
+    return out
 
 
 def _check_lora(lora: Any, features: Features, field: str = "model") -> None:
@@ -551,18 +574,26 @@ def _engine_side(
 
 
 def render_conversation(
-    body: Mapping[str, Any], tok: Tokenizer, features: Features = DEFAULT_FEATURES
+    body: Mapping[str, Any],
+    tok: Tokenizer,
+    features: Features = DEFAULT_FEATURES,
+    media: list[MediaItem] | None = None,
 ) -> tuple[str, dict[str, Any]]:
     """A chat request's ``messages`` rendered with the template it gets (its prompt text), and
-    the ``render_chat`` options used."""
+    the ``render_chat`` options used. A multimodal model's media parts are collected into
+    ``media`` (their placeholders rendered); a text-only model refuses them."""
     template = chat_template_for(
         body,
         tok.chat_template,
         features.chat_template,
         trust_request=features.trust_request_chat_template,
     )
-    messages = normalize_messages(body["messages"], roles=template_roles(template))
-    shape_messages(messages, features.chat_template_content_format, template)
+    collect = None if features.media is None else (media if media is not None else [])
+    messages = normalize_messages(body["messages"], roles=template_roles(template), media=collect)
+    if collect:
+        (features.media_limits or MediaLimits(features.media.modalities)).check(collect)
+    placeholders = features.media.placeholders if features.media is not None else None
+    shape_messages(messages, features.chat_template_content_format, template, placeholders)
     options = chat_template_options(body, features.default_chat_template_kwargs)
     # A request's own template (trusted) renders in a worker process, bounded in time and memory.
     render = render_request_template if brings_template(body) else render_chat

@@ -20,6 +20,7 @@ import msgspec
 
 from tokenwire.chat.messages import check_count
 from tokenwire.messages.errors import ValidationError
+from tokenwire.multimodal.parts import responses_media_part
 from tokenwire.server.as_chat import Renames
 from tokenwire.server.fields import flag, is_int, warn_unknown_fields
 from tokenwire.server.openai.parse import REASONING_EFFORTS
@@ -139,13 +140,18 @@ def _string(value: Any, where: str, param: str, *, required: bool = True) -> str
     return value
 
 
-def _text(content: Any, where: str, param: str) -> str:
+def _text(content: Any, where: str, param: str, *, media: bool = False) -> Any:
     """A message's or a tool output's ``content``: a string, or text parts (joined by newlines,
-    as chat content parts are)."""
+    as chat content parts are). With ``media`` (a message), ``input_image`` parts and image
+    ``input_file`` parts are taken too: the content is then the chat parts, in order."""
     if isinstance(content, str):
         return content
     if not isinstance(content, list):
         raise ValidationError(f"{where} must be a string or a list of text parts", param=param)
+    if media and any(
+        isinstance(p, dict) and p.get("type") in ("input_image", "input_file") for p in content
+    ):
+        return _media_parts(content, where, param)
     texts = []
     for k, part in enumerate(content):
         at = f"{where}[{k}]"
@@ -160,6 +166,28 @@ def _text(content: Any, where: str, param: str) -> str:
             )
         texts.append(_string(part.get(key), f"{at}.{key}", param))
     return "\n".join(t for t in texts if t is not None)
+
+
+def _media_parts(content: list, where: str, param: str) -> list[dict[str, Any]]:
+    """Text and image parts as chat content parts (images as ``image_url``)."""
+    out: list[dict[str, Any]] = []
+    for k, part in enumerate(content):
+        at = f"{where}[{k}]"
+        kind = part.get("type") if isinstance(part, dict) else None
+        if kind in ("input_image", "input_file"):
+            item = responses_media_part(part, at, param)
+            out.append({"type": "image_url", "image_url": {"url": item.url}, "_field": at})
+            continue
+        key = _TEXT_PARTS.get(kind) if isinstance(kind, str) else None
+        if key is None:
+            shown = kind if isinstance(kind, str) else type(part).__name__
+            raise ValidationError(
+                f"{at} of type {shown[:40]!r} is not supported (input_text, input_image, "
+                "input_file, output_text, refusal)",
+                param=param,
+            )
+        out.append({"type": "text", "text": _string(part.get(key), f"{at}.{key}", param)})
+    return out
 
 
 def _reasoning_text(item: Mapping[str, Any], where: str, param: str) -> str:
@@ -228,7 +256,8 @@ def input_messages(items: Any, where: str = "input") -> list[dict[str, Any]]:
                     f"{at}.role must be one of {', '.join(_ROLES)}, got {str(role)[:40]!r}",
                     param=where,
                 )
-            message = {"role": role, "content": _text(item.get("content"), f"{at}.content", where)}
+            content = _text(item.get("content"), f"{at}.content", where, media=role == "user")
+            message = {"role": role, "content": content}
             out.append(assistant(message) if role == "assistant" else message)
             joinable = role == "assistant"
         elif kind == "function_call":

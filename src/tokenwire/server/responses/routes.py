@@ -240,6 +240,7 @@ async def create(app: App, receive: Any, send: Any) -> None:
 
     try:
         plan = await limits.parse_body(receive, plan_of)
+        await rt.prepare_media(plan)  # (input_image: processed in the media workers)
         subs = rt.submit(plan)
     except ClientDisconnected:
         return
