@@ -168,12 +168,22 @@ def _failure(exc: BaseException, ep: McpEndpoint, bounds: McpBounds) -> McpFailu
     )
 
 
+def _quiet() -> None:
+    """The HTTP client's line per request (INFO) kept out of the server's log, unless its
+    level is set."""
+    for name in ("httpx2", "httpcore2"):
+        logger = logging.getLogger(name)
+        if logger.level == logging.NOTSET:
+            logger.setLevel(logging.WARNING)
+
+
 async def session(ep: McpEndpoint, bounds: McpBounds, op: Callable[[Any], Awaitable[Any]]) -> Any:
     """``op(client)`` in a session of its own with ``ep``, bounded (``McpFailure`` on any
     failure)."""
     import httpx2
     from mcp import Client
 
+    _quiet()
     budget = [bounds.max_output_bytes]
     timeout = httpx2.Timeout(bounds.timeout)
 
