@@ -78,7 +78,7 @@ def test_the_model_calls_an_mcp_tool_and_answers_with_its_output(server, mcp_url
         model=MODEL, input=call("get_weather", city="Paris"), tools=[t]
     )
     Response.model_validate(r.model_dump())
-    listing, mcp_call, message = r.output
+    listing, mcp_call, _ = r.output
     assert listing.type == "mcp_list_tools" and listing.server_label == "weather"
     assert {t.name for t in listing.tools} >= {"get_weather", "add", "hang"}
     assert mcp_call.type == "mcp_call" and mcp_call.name == "get_weather"
