@@ -181,7 +181,10 @@ async def _collect(
         incomplete=incomplete,
     )
     body |= extra
-    state.end(req, owner, body)
+    written = state.end(req, owner, body)
+    if written is not None:  # (kept before the client has it: any worker reads it next)
+        with contextlib.suppress(Exception):
+            await asyncio.shield(written)
     return 200, body
 
 
@@ -561,9 +564,11 @@ async def _input_items(
     store = await state.opened()
     items: list[dict[str, Any]] = []
     if doc["response"].get("previous_response_id") and not doc["response"].get("conversation"):
-        with contextlib.suppress(TokenwireError):  # (a response it continues is gone)
+        try:
             for link in (await store.chain(rid, owner))[:-1]:
                 items += link["input"] + link["response"]["output"]
+        except TokenwireError as exc:  # (a response it continues is gone)
+            log.warning("input_items of %s: %s", rid, exc)
     return page(items + doc["input"], query)
 
 

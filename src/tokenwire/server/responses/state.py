@@ -31,6 +31,8 @@ log = logging.getLogger("tokenwire.server")
 BEAT = 0.25
 #: A background response whose worker has not beaten for this long is taken as failed.
 STALE = 15.0
+#: Seconds a request waits for the response it continues to be kept as ended.
+_SETTLE = 2.0
 #: Seconds between sweeps of expired responses and conversations.
 _SWEEP = 60.0
 
@@ -198,7 +200,19 @@ class Responses:
         store = await self.opened()
         if isinstance(previous, str):
             items: list[dict[str, Any]] = []
-            for doc in await store.chain(previous, owner):
+            chain = await store.chain(previous, owner)
+            # A response that just ended may still be on its way to the store from another
+            # worker (a stream's last event goes out as its final write is submitted).
+            waited = 0.0
+            while (
+                waited < _SETTLE
+                and chain[-1]["response"]["status"] in ("queued", "in_progress")
+                and not chain[-1]["response"].get("background")
+            ):
+                await asyncio.sleep(0.05)
+                waited += 0.05
+                chain = await store.chain(previous, owner)
+            for doc in chain:
                 response = doc["response"]
                 if response["status"] in ("queued", "in_progress"):
                     raise ValidationError(
@@ -252,22 +266,27 @@ class Responses:
         if req.background:
             await store.run_start(req.id)
 
-    def end(self, req: ResponsesRequest, owner: str, response: dict[str, Any]) -> None:
+    def end(
+        self, req: ResponsesRequest, owner: str, response: dict[str, Any]
+    ) -> asyncio.Future[Any] | None:
         """Response ``req`` is over: its final object kept (submitted now, so every later read
-        of this worker sees it), and, in a conversation, its input and output added to it."""
+        of this worker sees it; the future says when it is written), and, in a conversation,
+        its input and output added to it."""
         if not req.store or self.store is None:
-            return
+            return None
         store = self.store
-        store.put_response_soon(req.id, owner, self.document(req, response))
+        written = store.put_response_soon(req.id, owner, self.document(req, response))
         if req.conversation and response["status"] in ("completed", "incomplete"):
             items = req.input_items + response["output"]
             task = asyncio.ensure_future(self._add(store, req.conversation, owner, items))
             self._pending.add(task)
             task.add_done_callback(self._pending.discard)
+            written = asyncio.gather(written, task, return_exceptions=True)
         if req.background:
             task = asyncio.ensure_future(store.run_end(req.id))
             self._pending.add(task)
             task.add_done_callback(self._pending.discard)
+        return written
 
     @staticmethod
     async def _add(store: Store, cid: str, owner: str, items: list[dict[str, Any]]) -> None:
