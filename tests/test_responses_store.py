@@ -73,7 +73,7 @@ def test_records_per_key_eviction_runs_and_expiry(store_url):
             await s.run_start("a0")  # A's running background response
             for k in range(1, 12):
                 await s.put_response(f"a{k}", "A", {"x": "a" * 400})
-            a_bytes, a_roots = await s.usage("A")
+            a_bytes, _ = await s.usage("A")
             assert a_bytes <= 3500 + 500  # (over its share, A lost its own oldest...)
             assert (await s.response("a0", "A"))["x"]  # ... never its running one
             assert (await s.response("a11", "A"))["x"]
