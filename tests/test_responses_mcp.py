@@ -328,3 +328,70 @@ def test_tool_choice_names_an_mcp_tool_for_the_first_round_only(monkeypatch, mcp
     kinds = [i.type for i in r.output]
     assert kinds[:2] == ["mcp_list_tools", "mcp_call"] and kinds.count("mcp_call") == 1
     assert r.output[1].name == "get_weather" and r.output[1].output.startswith("Sunny in")
+
+
+def test_anthropics_mcp_connector_on_messages(server, mcp_urls):
+    anthropic = pytest.importorskip("anthropic")
+    client = anthropic.Anthropic(base_url=server.url, api_key="none", max_retries=0)
+    servers = [{"type": "url", "url": mcp_urls["http"], "name": "weather"}]
+    paris = call("get_weather", city="Paris")
+    msg = client.beta.messages.create(
+        model=MODEL,
+        max_tokens=200,
+        messages=[{"role": "user", "content": paris}],
+        mcp_servers=servers,
+        betas=["mcp-client-2025-04-04"],
+    )
+    kinds = [b.type for b in msg.content]
+    assert kinds == ["mcp_tool_use", "mcp_tool_result", "text"], kinds
+    use, result, text = msg.content
+    assert use.name == "get_weather" and use.server_name == "weather"
+    assert use.input == {"city": "Paris"} and result.tool_use_id == use.id
+    assert not result.is_error and result.content[0].text == "Sunny in Paris"
+    assert text.text == "Paris: Sunny in Paris" and msg.stop_reason == "end_turn"
+    # Streamed: the same blocks, as Anthropic's events, and the SDK's own accumulation.
+    with client.beta.messages.stream(
+        model=MODEL,
+        max_tokens=200,
+        messages=[{"role": "user", "content": paris}],
+        mcp_servers=servers,
+        betas=["mcp-client-2025-04-04"],
+    ) as stream:
+        events = [e.type for e in stream]
+        final = stream.get_final_message()
+    assert [b.type for b in final.content] == kinds
+    assert final.content[2].text == "Paris: Sunny in Paris"
+    assert events[0] == "message_start" and events[-1] == "message_stop"
+    # The conversation resent with the MCP blocks in the assistant turn reads as it ran.
+    again = client.beta.messages.create(
+        model=MODEL,
+        max_tokens=50,
+        messages=[
+            {"role": "user", "content": paris},
+            {
+                "role": "assistant",
+                "content": [b.model_dump(exclude_none=True) for b in msg.content],
+            },
+            {"role": "user", "content": "thanks"},
+        ],
+        betas=["mcp-client-2025-04-04"],
+    )
+    assert again.content[0].text == "thanks"
+    # A failing tool is an error result; a server URL the server refuses is a 400.
+    broken = client.beta.messages.create(
+        model=MODEL,
+        max_tokens=200,
+        messages=[{"role": "user", "content": call("broken", city="Lima")}],
+        mcp_servers=servers,
+        betas=["mcp-client-2025-04-04"],
+    )
+    assert broken.content[1].type == "mcp_tool_result" and broken.content[1].is_error
+    with pytest.raises(anthropic.BadRequestError) as exc:
+        client.beta.messages.create(
+            model=MODEL,
+            max_tokens=20,
+            messages=[{"role": "user", "content": "x"}],
+            mcp_servers=[{"type": "url", "url": "http://10.0.0.1/mcp", "name": "far"}],
+            betas=["mcp-client-2025-04-04"],
+        )
+    assert "not allowed" in str(exc.value)
