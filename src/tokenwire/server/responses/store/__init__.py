@@ -156,6 +156,7 @@ class Store:
             raise
         except Exception as exc:
             log.exception("the responses store (%s) failed", self.backend.url)
+            loop.run_in_executor(self._pool, self.backend.reset)  # (the next call reconnects)
             raise StoreError(f"the responses store failed: {type(exc).__name__}") from None
 
     async def close(self) -> None:

@@ -16,7 +16,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-__all__ = ["Backend", "Limits", "Record", "Run", "StoreUnavailable"]
+__all__ = ["STALE_RUN", "Backend", "Limits", "Record", "Run", "StoreUnavailable"]
+
+#: Seconds after which a run whose worker stopped renewing it is forgotten by a sweep (its
+#: worker died; the response reads as failed).
+STALE_RUN = 120.0
 
 
 class StoreUnavailable(Exception):
@@ -115,8 +119,12 @@ class Backend:
         raise NotImplementedError
 
     def sweep(self, now: float) -> int:
-        """Forget the roots expired by ``now`` (not running ones). How many."""
+        """Forget the roots expired by ``now`` (not running ones), and the runs of workers that
+        died. How many roots."""
         raise NotImplementedError
+
+    def reset(self) -> None:
+        """After a failure: reconnect, when the backend holds a connection that can break."""
 
     # ---- background responses ----------------------------------------------------------------
 

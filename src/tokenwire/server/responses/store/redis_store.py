@@ -11,6 +11,7 @@ import json
 from typing import Any
 
 from tokenwire.server.responses.store.backend import (
+    STALE_RUN,
     Backend,
     Limits,
     Record,
@@ -229,6 +230,9 @@ class RedisBackend(Backend):
     def sweep(self, now: float) -> int:
         gone = 0
         with self._lock():
+            for k, raw in self.r.hgetall(_RUNS).items():  # (a dead worker's runs)
+                if json.loads(raw)["beat"] < now - STALE_RUN:
+                    self.r.hdel(_RUNS, k)
             for m in self.r.zrangebyscore(_EXPIRY, "-inf", now, start=0, num=1000):
                 rid = m.decode()
                 if not self._is_running(rid):

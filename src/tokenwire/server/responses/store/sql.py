@@ -14,6 +14,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from tokenwire.server.responses.store.backend import (
+    STALE_RUN,
     Backend,
     Limits,
     Record,
@@ -64,10 +65,11 @@ def _record(row: Any) -> Record:
 class SqlBackend(Backend):
     """A store in one SQL database (``sqlite3`` or ``psycopg`` connection)."""
 
-    def __init__(self, conn: Any, url: str, *, postgres: bool) -> None:
+    def __init__(self, conn: Any, url: str, *, postgres: bool, connect: Any = None) -> None:
         self.conn = conn
         self.url = url
         self.postgres = postgres
+        self._connect = connect
         self._mark = "%s" if postgres else "?"
         with self._write() as cur:
             for statement in _SCHEMA.format(blob="BYTEA" if postgres else "BLOB").split(";"):
@@ -271,8 +273,19 @@ class SqlBackend(Backend):
             rows = self._read("SELECT bytes, roots FROM tw_usage WHERE owner = ?", (owner,))
         return (int(rows[0][0]), int(rows[0][1])) if rows else (0, 0)
 
+    def reset(self) -> None:
+        """After a failure: a new connection (PostgreSQL; a server restarted drops it)."""
+        if self._connect is None:
+            return
+        with contextlib.suppress(Exception):
+            self.conn.close()
+        with contextlib.suppress(Exception):
+            self.conn = self._connect()
+
     def sweep(self, now: float) -> int:
         with self._write() as cur:
+            # (runs whose worker stopped beating long ago: it died; they read as failed)
+            self._ex(cur, "DELETE FROM tw_runs WHERE beat < ?", (now - STALE_RUN,))
             gone = self._ex(
                 cur,
                 f"SELECT r.id FROM tw_records r WHERE {_EVICTABLE} AND r.expires IS NOT NULL "
@@ -347,8 +360,11 @@ def postgres_backend(url: str) -> SqlBackend:
             "a postgresql:// responses store needs psycopg: pip install 'tokenwire[stores]'"
         ) from None
     try:
-        conn = psycopg.connect(url, connect_timeout=10, autocommit=True)
-        return SqlBackend(conn, _redacted(url), postgres=True)
+
+        def connect() -> Any:
+            return psycopg.connect(url, connect_timeout=10, autocommit=True)
+
+        return SqlBackend(connect(), _redacted(url), postgres=True, connect=connect)
     except psycopg.Error as exc:
         raise StoreUnavailable(
             f"cannot open the PostgreSQL store {_redacted(url)}: {exc}"
