@@ -325,7 +325,11 @@ def input_messages(items: Any, where: str = "input") -> list[dict[str, Any]]:
             if kind == "mcp_approval_request" or approved is None:
                 function = {"name": name, "arguments": arguments}
                 call = {"id": call_id, "type": "function", "function": function}
-                out.append(assistant({"role": "assistant", "content": "", "tool_calls": [call]}))
+                if joinable and reasoning is None and not out[-1].get("tool_calls"):
+                    out[-1]["tool_calls"] = [call]  # (the text the model wrote before it)
+                else:
+                    message = {"role": "assistant", "content": "", "tool_calls": [call]}
+                    out.append(assistant(message))
             if kind == "mcp_call":
                 out.append(
                     {
