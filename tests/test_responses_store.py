@@ -198,3 +198,47 @@ def test_a_server_over_a_shared_store(which, request):
         cancelled = b.responses.cancel(bg.id)
         assert cancelled.status == "cancelled"
         assert a.responses.retrieve(bg.id).status == "cancelled"
+
+
+def test_the_flags(monkeypatch, tmp_path):
+    import importlib.util
+
+    from tokenwire.entrypoints.cli import build_parser
+    from tokenwire.entrypoints.options import server
+
+    parse = build_parser().parse_args
+    cfg = server.responses_config(parse(["serve"]))
+    assert cfg.store.startswith("sqlite:///") and cfg.store.endswith("responses.sqlite3")
+    assert cfg.max_key_bytes == cfg.max_bytes and cfg.ttl == 30 * 24 * 3600
+    args = parse(
+        [
+            "serve",
+            "--responses-store",
+            f"sqlite:///{tmp_path}/x.sqlite3",
+            "--responses-store-bytes",
+            "1000",
+            "--responses-store-key-bytes",
+            "100",
+            "--responses-ttl",
+            "0",
+            "--max-background-responses",
+            "3",
+            "--mcp-allowed-urls",
+            "http://a,http://b",
+            "--mcp-timeout",
+            "2.5",
+            "--mcp-max-rounds",
+            "2",
+        ]
+    )
+    cfg = server.responses_config(args)
+    assert (cfg.max_bytes, cfg.max_key_bytes, cfg.ttl, cfg.max_background) == (1000, 100, None, 3)
+    assert cfg.mcp_allowed_urls == ("http://a", "http://b") and cfg.mcp_timeout == 2.5
+    with pytest.raises(SystemExit, match="no store URL"):
+        server.responses_config(parse(["serve", "--responses-store", "mysql://x"]))
+    real = importlib.util.find_spec
+    monkeypatch.setattr(
+        importlib.util, "find_spec", lambda name: None if name == "psycopg" else real(name)
+    )
+    with pytest.raises(SystemExit, match=r"tokenwire\[stores\]"):
+        server.responses_config(parse(["serve", "--responses-store", "postgresql://h/db"]))

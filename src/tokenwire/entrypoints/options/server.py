@@ -7,6 +7,7 @@ from __future__ import annotations
 import argparse
 import os
 import ssl
+import sys
 from typing import Any
 
 from tokenwire.entrypoints.options import string_list
@@ -248,6 +249,13 @@ def responses_config(args: argparse.Namespace) -> ResponsesConfig:
     missing = needs(url)
     if missing is not None:
         raise SystemExit(f"tokenwire: --responses-store: {missing}")
+    memory = url.rstrip("/") in ("sqlite:", "sqlite:/")
+    if memory and getattr(args, "worker_fds", None) and getattr(args, "worker_index", 0) == 0:
+        print(
+            "tokenwire: --responses-store sqlite:// keeps responses in each worker's memory: "
+            "the workers do not see each other's (give a file, sqlite:///PATH)",
+            file=sys.stderr,
+        )
     if args.tool_server:
         from tokenwire.server.mcp import missing_sdk
 
