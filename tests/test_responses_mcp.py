@@ -395,3 +395,34 @@ def test_anthropics_mcp_connector_on_messages(server, mcp_urls):
             betas=["mcp-client-2025-04-04"],
         )
     assert "not allowed" in str(exc.value)
+
+
+def test_mcp_items_in_a_conversation_and_a_client_gone_mid_call(server, mcp_urls):
+    t = tool(mcp_urls["http"], require_approval="never")
+    conv = server.client.conversations.create()
+    first = server.client.responses.create(
+        model=MODEL, input=call("get_weather", city="Bern"), tools=[t], conversation=conv.id
+    )
+    assert [i.type for i in first.output] == ["mcp_list_tools", "mcp_call", "message"]
+    kinds = [i.type for i in server.client.conversations.items.list(conv.id, order="asc").data]
+    assert kinds == ["message", "mcp_list_tools", "mcp_call", "message"]
+    # The conversation's listing is reused: no new mcp_list_tools item.
+    second = server.client.responses.create(
+        model=MODEL, input=call("add", a=20, b=22), tools=[t], conversation=conv.id
+    )
+    assert [i.type for i in second.output] == ["mcp_call", "message"]
+    assert second.output[0].output == "42"
+    # A client that goes away while a call hangs: the response is kept cancelled.
+    body = {"model": MODEL, "input": call("hang", city="x"), "tools": [t], "stream": True}
+    with httpx.stream("POST", server.url + "/v1/responses", json=body, timeout=30) as resp:
+        rid = None
+        for line in resp.iter_lines():
+            if line.startswith("data: ") and rid is None:
+                rid = json.loads(line[6:])["response"]["id"]
+            if "response.mcp_call.in_progress" in line:
+                break
+    deadline = time.monotonic() + 10
+    while server.client.responses.retrieve(rid).status == "in_progress":
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+    assert server.client.responses.retrieve(rid).status == "cancelled"
