@@ -1,5 +1,5 @@
-"""The layers of the README's architecture section hold: each layer imports only those below it,
-and no package's modules import each other in a cycle (import-linter, contracts in
+"""The layers of the architecture page (docs/architecture.md) hold: each layer imports only those
+below it, and no package's modules import each other in a cycle (import-linter, contracts in
 pyproject.toml)."""
 
 from __future__ import annotations

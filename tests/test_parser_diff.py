@@ -1,7 +1,7 @@
 """The parser corpus (``parser_corpus.py``): every reasoning and tool-call format's outputs give
 what their model meant, whatever the split, and what vLLM's parser of the same name gives,
 except where the case is named below with the reason tokenwire's answer is the right one
-(README, "Where tokenwire and vLLM differ").
+(docs/output.md, "Parsers checked against vLLM").
 
 Each output is parsed whole, then streamed: one token a piece, at random byte offsets, and in
 chunks of several tokens (those byte offsets moved to the next token boundary). vLLM gets the
@@ -79,7 +79,7 @@ def test_markers_are_single_tokens() -> None:
 
 # ---- against vLLM --------------------------------------------------------------------------------
 
-#: Why tokenwire's answer differs from vLLM's, by reason (README, "Where tokenwire and vLLM
+#: Why tokenwire's answer differs from vLLM's, by reason (docs/output.md, "Where tokenwire and vLLM
 #: differ", says more of each).
 REASONS = {
     "marker-in-string": "vLLM ends the call at a marker written inside a string argument",
@@ -277,10 +277,13 @@ def test_differences_name_corpus_cases() -> None:
 
 
 def test_readme_says_why_they_differ() -> None:
-    """The README explains every reason, naming its cases."""
-    readme = (Path(__file__).resolve().parent.parent / "README.md").read_text(encoding="utf-8")
+    """The reference (docs/output.md) explains every reason, naming its cases."""
+    readme = (Path(__file__).resolve().parent.parent / "docs" / "output.md").read_text(
+        encoding="utf-8"
+    )
     assert f"Of {len(CASES)} outputs, {len(DIFFERENCES)} differ" in " ".join(readme.split())
     for case, (_, reason) in DIFFERENCES.items():
         section = readme.split(f"- `{reason}`: ", 1)
-        assert len(section) == 2, f"README has no entry for {reason}"
-        assert f"`{case}`" in section[1].split("\n- `", 1)[0], f"README's {reason} misses {case}"
+        assert len(section) == 2, f"docs/output.md has no entry for {reason}"
+        entry = section[1].split("\n- `", 1)[0]
+        assert f"`{case}`" in entry, f"docs/output.md's {reason} misses {case}"

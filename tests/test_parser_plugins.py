@@ -1,4 +1,4 @@
-"""Parsers of one's own: the README's example plugin (``examples/parser_plugin.py``) loads,
+"""Parsers of one's own: the reference's example plugin (``examples/parser_plugin.py``) loads,
 registers its parsers under their names, parses as documented whatever the split, and serves;
 a plugin file that is missing, fails or registers nothing is a clear error that leaves the
 registries as they were."""
@@ -42,8 +42,8 @@ def registries():
     REASONING_PARSERS.update(reasonings)
 
 
-def test_readme_shows_the_example_as_it_is() -> None:
-    readme = (REPO / "README.md").read_text(encoding="utf-8")
+def test_the_reference_shows_the_example_as_it_is() -> None:
+    readme = (REPO / "docs" / "output.md").read_text(encoding="utf-8")
     assert EXAMPLE.read_text(encoding="utf-8") in readme
 
 

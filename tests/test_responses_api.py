@@ -684,11 +684,11 @@ def test_tokenwire_serve_keeps_as_many_responses_as_its_flag_says():
         proc.wait(10)
 
 
-# ---- the README ---------------------------------------------------------------------------------
+# ---- the reference's examples (docs/apis.md) ----------------------------------------------------
 
 
-def test_the_readmes_examples_of_both_apis_run(capsys):
-    readme = (REPO / "README.md").read_text(encoding="utf-8")
+def test_the_references_examples_of_both_apis_run(capsys):
+    readme = (REPO / "docs" / "apis.md").read_text(encoding="utf-8")
     blocks = [b.split("```", 1)[0] for b in readme.split("```python\n")[1:]]
     examples = [b for b in blocks if "responses.create" in b or "messages.create" in b]
     assert len(examples) == 2

@@ -6,7 +6,7 @@ text gives.
 Parsers of one's own subclass ``ToolCallParser`` (or a family's shared parser, ``JsonToolParser``
 / ``XmlToolParser`` with their markup as data) or ``ReasoningParser``, and register under a name
 with ``register_tool_parser`` / ``register_reasoning_parser``; ``load_parser_plugin`` runs a file
-that does so (see the README, "Parsers of one's own")."""
+that does so (see docs/output.md, "Parsers of one's own")."""
 
 from __future__ import annotations
 
