@@ -262,9 +262,9 @@ class Responses:
     async def begin(self, req: ResponsesRequest, owner: str, response: dict[str, Any]) -> None:
         """Keep response ``req`` from its start (a background one claimed by this worker)."""
         store = await self.opened()
-        await store.put_response(req.id, owner, self.document(req, response))
-        if req.background:
+        if req.background:  # (claimed first: a reader never sees it running unclaimed)
             await store.run_start(req.id)
+        await store.put_response(req.id, owner, self.document(req, response))
 
     def end(
         self, req: ResponsesRequest, owner: str, response: dict[str, Any]
@@ -310,7 +310,9 @@ class Responses:
             if rid in self.tasks:
                 return doc
             run = await store.run(rid)
-            if run is None or time.time() - run.beat > STALE:
+            now = time.time()
+            stale = run is None or now - run.beat > STALE
+            if stale and now - float(response.get("created_at") or 0) > STALE:
                 response = {
                     **response,
                     "status": "failed",
