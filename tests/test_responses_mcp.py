@@ -46,7 +46,7 @@ def mcp_urls():
 def server(mcp_urls):
     cfg = ResponsesConfig(
         mcp_allowed_urls=("http://127.0.0.1",),
-        mcp_timeout=1.5,
+        mcp_timeout=10,  # (a loaded 2-core machine: the hanging tool has its own test)
         mcp_max_output_bytes=1 << 20,
         tool_servers=(f"forecast={mcp_urls['sse']}",),
     )
@@ -361,6 +361,8 @@ def test_anthropics_mcp_connector_on_messages(server, mcp_urls):
         final = stream.get_final_message()
     assert [b.type for b in final.content] == kinds
     assert final.content[2].text == "Paris: Sunny in Paris"
+    assert final.usage.input_tokens == msg.usage.input_tokens  # (every round's, both ways)
+    assert final.usage.output_tokens == msg.usage.output_tokens
     assert events[0] == "message_start" and events[-1] == "message_stop"
     # The conversation resent with the MCP blocks in the assistant turn reads as it ran.
     again = client.beta.messages.create(

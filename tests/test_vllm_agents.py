@@ -41,7 +41,7 @@ def _argv(port: int, path: str) -> list[str]:
         "--mcp-allowed-urls",
         "http://127.0.0.1",
         "--mcp-timeout",
-        "3",
+        "10",
         "--shutdown-timeout",
         "5",
     ]

@@ -133,6 +133,7 @@ class _Run:
         for round_ in range(most):
             plan = self._plan(messages, tools, round_ == most - 1)
             if round_ == 0:
+                events.input_tokens = plan.prompt_tokens  # (the tools offered included)
                 await emit(events.start())
             await self.rt.check_grammar(plan)
             self.subs = self.rt.submit(plan)
@@ -282,6 +283,7 @@ async def serve_mcp(
     rt.metrics.requests.labels(ROUTE, "200").inc()
     if req.stream:
         use = run.usage
+        events.input_tokens = use[0]  # (every round's, as the whole message counts them)
         data = events.finish(stop, use[1], use[2])
         await emit(data)
         await send({"type": "http.response.body", "body": b"", "more_body": False})
