@@ -428,3 +428,21 @@ def test_mcp_items_in_a_conversation_and_a_client_gone_mid_call(server, mcp_urls
         assert time.monotonic() < deadline
         time.sleep(0.05)
     assert server.client.responses.retrieve(rid).status == "cancelled"
+
+
+def test_tool_choice_required_with_only_mcp_tools(server, mcp_urls):
+    # (the Agents SDK's ModelSettings(tool_choice="required") with a hosted MCP tool)
+    t = tool(mcp_urls["http"], require_approval="never", allowed_tools=["get_weather"])
+    r = server.client.responses.create(
+        model=MODEL, input=call("get_weather", city="Rome"), tools=[t], tool_choice="required"
+    )
+    # (the call is decoded within the tool's schema: its city is whatever the engine gave)
+    assert r.status == "completed" and r.output[1].output.startswith("Sunny in")
+    # A server that lists nothing leaves nothing to choose: the model answers.
+    r = server.client.responses.create(
+        model=MODEL,
+        input="hi",
+        tools=[tool(mcp_urls["garbage"], label="junk")],
+        tool_choice="required",
+    )
+    assert r.status == "completed" and r.output_text == "hi"

@@ -302,6 +302,9 @@ class Agent:
             tools.append({"type": "function", "function": function})
         if tools:
             chat["tools"] = tools
+        else:
+            chat.pop("tool_choice", None)  # (no server offered a tool: nothing to choose)
+            return chat
         if not tools_left:
             chat["tool_choice"] = "none"
         elif not first and chat.get("tool_choice") not in (None, "none"):

@@ -275,8 +275,8 @@ async def create(app: App, receive: Any, send: Any) -> None:
             )
         endpoints = _endpoints(state, req, body)
         chat = req.chat
-        if req.mcp and isinstance(chat.get("tool_choice"), dict):
-            chat = {k: v for k, v in chat.items() if k != "tool_choice"}  # (an MCP tool's)
+        if req.mcp:  # (a choice may name, or need, the MCP tools: they are not listed yet)
+            chat = {k: v for k, v in chat.items() if k != "tool_choice"}
         head = [{"role": "system", "content": req.instructions}] if req.instructions else []
 
         def parse(messages: list[dict[str, Any]]) -> Plan:
