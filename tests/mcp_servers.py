@@ -10,6 +10,7 @@ import socket
 import threading
 import time
 from collections.abc import Iterator
+from typing import Literal
 
 import pytest
 import uvicorn
@@ -40,6 +41,19 @@ def make_server():
         """Add two integers."""
         _count("add")
         return str(a + b)
+
+    @server.tool()
+    def forecast(city: Literal["Paris", "Oslo"]) -> str:
+        """The forecast for a city (a schema a grammar closes fast: random weights call it)."""
+        _count("forecast")
+        return f"Sunny in {city}"
+
+    @server.tool()
+    async def stall(city: Literal["Paris", "Oslo"]) -> str:
+        """Never answers, with the schema of ``forecast``."""
+        _count("stall")
+        await asyncio.sleep(120)
+        return "late"
 
     @server.tool()
     async def hang(city: str) -> str:

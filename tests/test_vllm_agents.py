@@ -75,9 +75,9 @@ def test_agents_over_vllm(tmp_path, mcp_url):
         agent = agents.Agent(
             name="weather",
             instructions="Answer.",
-            tools=[agents.HostedMCPTool(tool_config=_hosted(mcp_url, "get_weather"))],
+            tools=[agents.HostedMCPTool(tool_config=_hosted(mcp_url, "forecast"))],
             model=agents.OpenAIResponsesModel(model=NAME, openai_client=aclient),
-            model_settings=agents.ModelSettings(tool_choice="required", max_tokens=24),
+            model_settings=agents.ModelSettings(tool_choice="required", max_tokens=64),
         )
         result = asyncio.run(agents.Runner.run(agent, "What is the weather?"))
         calls = [i.raw_item for i in result.new_items if type(i).__name__ == "ToolCallItem"]
@@ -99,9 +99,9 @@ def test_agents_over_vllm(tmp_path, mcp_url):
             box["r"] = client.responses.create(
                 model=NAME,
                 input="wait",
-                tools=[_hosted(mcp_url, "hang")],
-                tool_choice={"type": "mcp", "server_label": "weather", "name": "hang"},
-                max_output_tokens=24,
+                tools=[_hosted(mcp_url, "stall")],
+                tool_choice={"type": "mcp", "server_label": "weather", "name": "stall"},
+                max_output_tokens=64,
             )
             box["took"] = time.perf_counter() - t0
 

@@ -106,7 +106,11 @@ class _Run:
             None,
             "none",
         ):
-            chat["tool_choice"] = "auto"  # (a forced choice holds for the first round)
+            # (a forced choice holds for the first round; then the model chooses, on a server
+            # that parses the calls it makes of its own, else it answers)
+            features = self.rt.features
+            auto = features.enable_auto_tool_choice and features.tool_call_parser is not None
+            chat["tool_choice"] = "auto" if auto else "none"
         config = self.app.config
         return parse_as_chat(
             chat,

@@ -305,10 +305,14 @@ class Agent:
         else:
             chat.pop("tool_choice", None)  # (no server offered a tool: nothing to choose)
             return chat
+        features = self.rt.features
+        auto = features.enable_auto_tool_choice and features.tool_call_parser is not None
         if not tools_left:
             chat["tool_choice"] = "none"
         elif not first and chat.get("tool_choice") not in (None, "none"):
-            chat["tool_choice"] = "auto"  # (a forced choice holds for the first round)
+            # A forced choice holds for the first round; then the model chooses, on a server
+            # that parses the calls it makes of its own (else it answers).
+            chat["tool_choice"] = "auto" if auto else "none"
         return chat
 
     def _plan(self, chat: dict[str, Any]) -> Plan:
