@@ -22,6 +22,8 @@ from test_vllm_real import NAME, start, tokenwire_argv
 from vllm_helpers import free_port, vllm_process_env, wait_until
 
 pytestmark = [pytest.mark.vllm, pytest.mark.timeout(1200)]
+#: The tiny Qwen3's end of turn (<|im_end|>).
+EOS = "151645"
 pytest.importorskip("mcp", reason="MCP tools need pip install 'tokenwire[mcp]'")
 
 
@@ -77,7 +79,10 @@ def test_agents_over_vllm(tmp_path, mcp_url):
             instructions="Answer.",
             tools=[agents.HostedMCPTool(tool_config=_hosted(mcp_url, "forecast"))],
             model=agents.OpenAIResponsesModel(model=NAME, openai_client=aclient),
-            model_settings=agents.ModelSettings(tool_choice="required", max_tokens=64),
+            # (random weights seldom end an answer: EOS favoured once the forced call is made)
+            model_settings=agents.ModelSettings(
+                tool_choice="required", max_tokens=64, extra_args={"logit_bias": {EOS: 100}}
+            ),
         )
         result = asyncio.run(agents.Runner.run(agent, "What is the weather?"))
         calls = [i.raw_item for i in result.new_items if type(i).__name__ == "ToolCallItem"]
