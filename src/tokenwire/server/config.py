@@ -13,10 +13,46 @@ from tokenwire.server.limits import DEFAULT_BODY_TIMEOUT, DEFAULT_MAX_REQUEST_BY
 from tokenwire.server.observe import ObserveConfig
 from tokenwire.server.security import SecurityConfig
 
-__all__ = ["DEFAULT_LIMITS", "DEFAULT_RESPONSES_STORE_SIZE", "RequestLimits", "ServerConfig"]
+__all__ = [
+    "DEFAULT_LIMITS",
+    "DEFAULT_RESPONSES_STORE_SIZE",
+    "RequestLimits",
+    "ResponsesConfig",
+    "ServerConfig",
+]
 
-#: Responses kept for ``previous_response_id`` and ``GET /v1/responses/{id}`` by default.
+#: Responses (and conversations) kept for ``previous_response_id``, ``conversation`` and
+#: ``GET /v1/responses/{id}`` by default.
 DEFAULT_RESPONSES_STORE_SIZE = 1024
+
+
+@dataclass(frozen=True)
+class ResponsesConfig:
+    """The Responses API's store, background responses and MCP tools."""
+
+    #: Where responses and conversations are kept (``sqlite:///PATH``, ``postgresql://...``,
+    #: ``redis://...``); ``sqlite://``: in memory, this process only (``tokenwire serve``
+    #: defaults to a file under the user's data directory).
+    store: str = "sqlite://"
+    #: Most bytes kept, all keys together (everything kept is counted: the stored JSON).
+    max_bytes: int = 256 << 20
+    #: Most bytes one API key keeps (past it, its own oldest go first).
+    max_key_bytes: int = 256 << 20
+    #: Seconds a response or conversation is kept after its last write (None: until evicted).
+    ttl: float | None = 30 * 24 * 3600.0
+    #: Background responses one API key (all clients, without keys) runs at a time in one
+    #: worker; more are refused with 429.
+    max_background: int = 32
+    #: ``--tool-server``: MCP servers configured at start (``[label=]host:port`` or URL).
+    tool_servers: tuple[str, ...] = ()
+    #: URL prefixes a request's ``server_url`` may start with (``*``: any); none by default.
+    mcp_allowed_urls: tuple[str, ...] = ()
+    #: Seconds one MCP operation (a listing, a call) may take.
+    mcp_timeout: float = 30.0
+    #: Bytes an MCP server's answer to one operation may take.
+    mcp_max_output_bytes: int = 1 << 20
+    #: Model rounds one response may take (each after tool calls); the last offers no tools.
+    mcp_max_rounds: int = 8
 
 
 @dataclass(frozen=True)
@@ -49,7 +85,10 @@ class ServerConfig(RuntimeConfig):
     health_host: str = "127.0.0.1"
     #: Request log lines, echoed request ids and trace spans.
     observe: ObserveConfig = dataclasses.field(default_factory=ObserveConfig)
-    #: Most responses the Responses API keeps (oldest evicted first; 0: none kept).
+    #: Most responses and conversations the Responses API keeps (past it, the oldest of the key
+    #: keeping the most go first; 0: none kept).
     responses_store_size: int = DEFAULT_RESPONSES_STORE_SIZE
+    #: The Responses API's store, background responses and MCP tools.
+    responses: ResponsesConfig = dataclasses.field(default_factory=ResponsesConfig)
     #: vLLM's ``--enable-tokenizer-info-endpoint``: ``GET /tokenizer_info``.
     tokenizer_info: bool = False

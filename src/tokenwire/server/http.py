@@ -121,4 +121,6 @@ def route_of(path: str) -> str:
     """The metrics label of a request path (a response's own routes share one)."""
     if path.startswith("/v1/responses/"):
         return "responses_by_id"
+    if path == "/v1/conversations" or path.startswith("/v1/conversations/"):
+        return "conversations"
     return _ROUTE_NAMES.get(path) or path.strip("/").replace("/", "_") or "other"

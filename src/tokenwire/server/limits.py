@@ -142,14 +142,26 @@ async def parse_body(receive: Any, parse: Callable[[Any], T]) -> T:
     """``parse(json body)``, decoded and parsed in the parse threads when the body is large, or
     parsed in the template threads when it brings its own chat template (which renders in a
     worker process; ``template_sandbox.submit``): the two never wait for each other."""
+    body, large = await read_json(receive)
+    return await parse_decoded(body, parse, large)
+
+
+async def read_json(receive: Any) -> tuple[Any, bool]:
+    """The request's JSON body (decoded in the parse threads when it is large), and whether it
+    is large."""
     raw = await read_body(receive)
-    loop = asyncio.get_running_loop()
     large = len(raw) > OFFLOAD_BYTES
-    body = (
-        await loop.run_in_executor(_parse_pool(), decode_json, raw) if large else decode_json(raw)
-    )
+    if not large:
+        return decode_json(raw), False
+    loop = asyncio.get_running_loop()
+    return await loop.run_in_executor(_parse_pool(), decode_json, raw), True
+
+
+async def parse_decoded(body: Any, parse: Callable[[Any], T], large: bool) -> T:
+    """``parse(body)`` where ``parse_body`` runs it: in the template threads when the body brings
+    its own chat template, in the parse threads when ``large``, else here."""
     if brings_template(body):
         return await template_sandbox.submit(parse, body)
     if large:
-        return await loop.run_in_executor(_parse_pool(), parse, body)
+        return await asyncio.get_running_loop().run_in_executor(_parse_pool(), parse, body)
     return parse(body)

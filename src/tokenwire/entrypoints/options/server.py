@@ -1,16 +1,17 @@
 """Flags of the server itself: the model it serves (tokenizer, names, context length), where and
 how it listens (address or Unix socket, TLS, the path prefix of a proxy in front), who may call
-it (API key, CORS), and the responses it keeps (Responses API)."""
+it (API key, CORS), and the Responses API's store, background responses and MCP tools."""
 
 from __future__ import annotations
 
 import argparse
 import os
 import ssl
+import sys
 from typing import Any
 
 from tokenwire.entrypoints.options import string_list
-from tokenwire.server.config import DEFAULT_RESPONSES_STORE_SIZE
+from tokenwire.server.config import DEFAULT_RESPONSES_STORE_SIZE, ResponsesConfig
 from tokenwire.server.security import SecurityConfig
 from tokenwire.tokenizer import DEFAULT_TOKENIZER_NAME, Tokenizer
 
@@ -19,6 +20,7 @@ __all__ = [
     "listen_settings",
     "listen_url",
     "load_tokenizer",
+    "responses_config",
     "security_config",
     "served_names",
 ]
@@ -149,8 +151,139 @@ def add_arguments(serve: argparse.ArgumentParser) -> None:
         type=_count,
         default=DEFAULT_RESPONSES_STORE_SIZE,
         metavar="N",
-        help="most responses the Responses API keeps in memory for GET /v1/responses/{id} and "
-        "previous_response_id, the oldest evicted first; 0 keeps none (default: %(default)s)",
+        help="most responses and conversations the Responses API keeps (GET /v1/responses/{id}, "
+        "previous_response_id, /v1/conversations); past it the oldest of the API key keeping "
+        "the most go first; 0 keeps none (default: %(default)s)",
+    )
+    add_responses_arguments(serve)
+
+
+def add_responses_arguments(serve: argparse.ArgumentParser) -> None:
+    """The Responses API's store, background responses and MCP tools."""
+    defaults = ResponsesConfig()
+    serve.add_argument(
+        "--responses-store",
+        default=None,
+        metavar="URL",
+        help="where responses and conversations are kept: sqlite:///PATH (every "
+        "--api-server-count worker shares the file), postgresql://... or redis://... (several "
+        "machines; pip install 'tokenwire[stores]'), sqlite:// in memory (this process only); "
+        "default: a SQLite file under the user's data directory",
+    )
+    serve.add_argument(
+        "--responses-store-bytes",
+        type=_count,
+        default=defaults.max_bytes,
+        metavar="BYTES",
+        help="most bytes the store keeps, all API keys together (everything kept counts: the "
+        "stored JSON); past it the oldest of the key keeping the most go first "
+        "(default: %(default)s, 256 MiB)",
+    )
+    serve.add_argument(
+        "--responses-store-key-bytes",
+        type=_count,
+        default=None,
+        metavar="BYTES",
+        help="most bytes one API key keeps (past it, its own oldest go first); a single "
+        "response or item over an eighth of it is refused (400): default: "
+        "--responses-store-bytes",
+    )
+    serve.add_argument(
+        "--responses-ttl",
+        type=float,
+        default=defaults.ttl,
+        metavar="SECONDS",
+        help="seconds a response or conversation is kept after its last write; 0: until "
+        "evicted (default: %(default)s, 30 days)",
+    )
+    serve.add_argument(
+        "--max-background-responses",
+        type=_count,
+        default=defaults.max_background,
+        metavar="N",
+        help="background responses one API key (without --api-key: all clients) runs at a "
+        "time in each worker; more get 429. They also count against --max-concurrent-requests "
+        "as any request does (default: %(default)s)",
+    )
+    serve.add_argument(
+        "--tool-server",
+        action="append",
+        default=[],
+        metavar="[LABEL=]ADDRESS",
+        help="an MCP server Responses requests may use by its label ({'type': 'mcp', "
+        "'server_label': LABEL}): host:port (reached at http://host:port/sse, as vLLM's flag "
+        "does) or a URL (streamable HTTP; SSE when it ends in /sse); comma-separated or "
+        "repeated; without LABEL=, the label is the name the server gives (needs pip install "
+        "'tokenwire[mcp]')",
+    )
+    serve.add_argument(
+        "--mcp-allowed-urls",
+        type=string_list,
+        default=[],
+        metavar="PREFIXES",
+        help="URL prefixes a request's MCP server_url may start with, comma-separated or a "
+        "JSON list ('*': any URL); default: none, only --tool-server labels",
+    )
+    serve.add_argument(
+        "--mcp-timeout",
+        type=float,
+        default=defaults.mcp_timeout,
+        metavar="SECONDS",
+        help="seconds one MCP operation (listing a server's tools, one call) may take before "
+        "it is an error item (default: %(default)s)",
+    )
+    serve.add_argument(
+        "--mcp-max-output-bytes",
+        type=_count,
+        default=defaults.mcp_max_output_bytes,
+        metavar="BYTES",
+        help="bytes an MCP server's answer to one operation may take before it is an error "
+        "item (default: %(default)s, 1 MiB)",
+    )
+    serve.add_argument(
+        "--mcp-max-rounds",
+        type=int,
+        default=defaults.mcp_max_rounds,
+        metavar="N",
+        help="model rounds one response with MCP tools may take (each after its calls); the "
+        "last offers no tools, so the model answers (default: %(default)s)",
+    )
+
+
+def responses_config(args: argparse.Namespace) -> ResponsesConfig:
+    """The Responses API's settings (a store URL that cannot work stops the server)."""
+    from tokenwire.server.responses.store import default_url, needs
+
+    url = args.responses_store or default_url()
+    missing = needs(url)
+    if missing is not None:
+        raise SystemExit(f"tokenwire: --responses-store: {missing}")
+    memory = url.rstrip("/") in ("sqlite:", "sqlite:/")
+    if memory and getattr(args, "worker_fds", None) and getattr(args, "worker_index", 0) == 0:
+        print(
+            "tokenwire: --responses-store sqlite:// keeps responses in each worker's memory: "
+            "the workers do not see each other's (give a file, sqlite:///PATH)",
+            file=sys.stderr,
+        )
+    if args.tool_server:
+        from tokenwire.server.mcp import missing_sdk
+
+        reason = missing_sdk()
+        if reason is not None:
+            raise SystemExit(f"tokenwire: --tool-server: {reason}")
+    if args.mcp_max_rounds < 1 or args.mcp_timeout <= 0:
+        raise SystemExit("tokenwire: --mcp-max-rounds must be at least 1, --mcp-timeout over 0")
+    return ResponsesConfig(
+        store=url,
+        max_bytes=args.responses_store_bytes,
+        max_key_bytes=args.responses_store_key_bytes or args.responses_store_bytes,
+        ttl=args.responses_ttl or None,
+        max_background=args.max_background_responses,
+        tool_servers=tuple(args.tool_server),
+        mcp_allowed_urls=tuple(args.mcp_allowed_urls),
+        mcp_timeout=args.mcp_timeout,
+        mcp_max_output_bytes=args.mcp_max_output_bytes,
+        mcp_max_rounds=args.mcp_max_rounds,
     )
 
 

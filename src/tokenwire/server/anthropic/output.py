@@ -151,6 +151,8 @@ class MessageEvents:
         self._call: int | None = None  # the open tool_use block's call index
         self._head = b""  # the open block's delta events' fixed part, serialized once
         self._blank = ""
+        #: Tools the server runs (``mcp_servers``): name -> its MCP server's name.
+        self.mcp: dict[str, str] = {}
 
     def start(self) -> bytes:
         """``message_start`` and a ``ping``."""
@@ -218,6 +220,14 @@ class MessageEvents:
             block: dict[str, Any] = {"type": "thinking", "thinking": "", "signature": ""}
         elif kind == "text":
             block = {"type": "text", "text": "", "citations": None}
+        elif name in self.mcp:
+            block = {
+                "type": "mcp_tool_use",
+                "id": call_id,
+                "name": name,
+                "server_name": self.mcp[name],
+                "input": {},
+            }
         else:
             block = {
                 "type": "tool_use",
@@ -240,6 +250,19 @@ class MessageEvents:
             + b'":'
         )
         return _event("content_block_start", {"index": self.blocks - 1, "content_block": block})
+
+    def block(self, block: dict[str, Any]) -> bytes:
+        """A whole block the server adds (an ``mcp_tool_result``): started and stopped."""
+        out = self._stop()
+        self.blocks += 1
+        index = self.blocks - 1
+        out += _event("content_block_start", {"index": index, "content_block": block})
+        return out + _event("content_block_stop", {"index": index})
+
+    def close(self) -> bytes:
+        """Stop the open block (a round of the model is over)."""
+        self._blank = ""
+        return self._stop()
 
     def _stop(self) -> bytes:
         if self._kind is None:

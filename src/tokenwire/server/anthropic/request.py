@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from tokenwire.chat.messages import check_count
@@ -25,6 +25,7 @@ __all__ = [
     "COUNT_TOKENS_KEYS",
     "MESSAGES_KEYS",
     "RENAMES",
+    "McpServer",
     "MessagesRequest",
     "read_count_tokens",
     "read_messages",
@@ -34,12 +35,26 @@ __all__ = [
 RENAMES = Renames({"stop": "stop_sequences", ".function.parameters": ".input_schema"})
 
 _SAME = ("model", "temperature", "top_p", "top_k")
-_INFORMATIONAL = {"metadata", "service_tier", "container", "context_management", "mcp_servers"}
+_INFORMATIONAL = {"metadata", "service_tier", "container", "context_management"}
 COUNT_TOKENS_KEYS = {"model", "messages", "system", "tools", "tool_choice", "thinking"}
 MESSAGES_KEYS = (
-    COUNT_TOKENS_KEYS | set(_SAME) | _INFORMATIONAL | {"max_tokens", "stop_sequences", "stream"}
+    COUNT_TOKENS_KEYS
+    | set(_SAME)
+    | _INFORMATIONAL
+    | {"max_tokens", "stop_sequences", "stream", "mcp_servers"}
 )
 _ROLES = ("user", "assistant", "system")
+
+
+@dataclass
+class McpServer:
+    """One of ``mcp_servers`` (Anthropic's MCP connector): a server the server itself calls."""
+
+    name: str
+    url: str | None
+    headers: dict[str, str] = field(default_factory=dict)
+    #: The tools of the server the model is offered (None: all).
+    allowed_tools: frozenset[str] | None = None
 
 
 @dataclass
@@ -48,6 +63,54 @@ class MessagesRequest:
 
     chat: dict[str, Any]
     stream: bool = False
+    mcp_servers: list[McpServer] = field(default_factory=list)
+
+
+def _mcp_servers(value: Any) -> list[McpServer]:
+    """``mcp_servers``: ``{"type": "url", "url", "name", "authorization_token",
+    "tool_configuration": {"enabled", "allowed_tools"}}`` each."""
+    if value is None:
+        return []
+    if not isinstance(value, list):
+        raise ValidationError("mcp_servers must be a list", param="mcp_servers")
+    out: list[McpServer] = []
+    for k, server in enumerate(value):
+        at = f"mcp_servers[{k}]"
+        if not isinstance(server, dict) or server.get("type", "url") != "url":
+            raise ValidationError(f"{at} must be an object of type url", param="mcp_servers")
+        name = server.get("name")
+        if not isinstance(name, str) or not name:
+            raise ValidationError(f"{at}.name must be a non-empty string", param="mcp_servers")
+        if any(s.name == name for s in out):
+            raise ValidationError(f"{at}.name {name[:40]!r} is given twice", param="mcp_servers")
+        url = server.get("url")
+        if url is not None and not isinstance(url, str):
+            raise ValidationError(f"{at}.url must be a string", param="mcp_servers")
+        headers = {}
+        token = server.get("authorization_token")
+        if token is not None:
+            if not isinstance(token, str):
+                raise ValidationError(
+                    f"{at}.authorization_token must be a string", param="mcp_servers"
+                )
+            headers["Authorization"] = f"Bearer {token}"
+        config = server.get("tool_configuration") or {}
+        if not isinstance(config, dict):
+            raise ValidationError(f"{at}.tool_configuration must be an object", param="mcp_servers")
+        if config.get("enabled") is False:
+            continue
+        allowed = config.get("allowed_tools")
+        if allowed is not None and (
+            not isinstance(allowed, list) or not all(isinstance(t, str) for t in allowed)
+        ):
+            raise ValidationError(
+                f"{at}.tool_configuration.allowed_tools must be a list of names",
+                param="mcp_servers",
+            )
+        out.append(
+            McpServer(name, url, headers, frozenset(allowed) if allowed is not None else None)
+        )
+    return out
 
 
 def _string(value: Any, where: str) -> str:
@@ -130,30 +193,48 @@ def _user(content: Any, where: str) -> list[dict[str, Any]]:
     return tools + ([{"role": "user", "content": "\n".join(texts)}] if texts or not tools else [])
 
 
-def _assistant(content: Any, where: str) -> dict[str, Any]:
-    """An assistant turn: its text, its tool uses as tool calls, its thinking."""
-    texts, calls, thinking = [], [], []
+def _assistant(content: Any, where: str) -> list[dict[str, Any]]:
+    """An assistant turn: its text, its tool uses as tool calls, its thinking; an MCP tool's
+    result in it (``mcp_tool_result``, the server ran the call) ends the assistant message
+    there and is the call's ``tool`` message."""
+    out: list[dict[str, Any]] = []
+    texts: list[str] = []
+    calls: list[dict[str, Any]] = []
+    thinking: list[str] = []
+
+    def flush() -> None:
+        if not (texts or calls or thinking):
+            return
+        message: dict[str, Any] = {"role": "assistant", "content": "\n".join(texts)}
+        if calls:
+            message["tool_calls"] = list(calls)
+        if thinking:
+            message["reasoning_content"] = "\n".join(thinking)
+        out.append(message)
+        texts.clear()
+        calls.clear()
+        thinking.clear()
+
     for k, block in enumerate(_blocks(content, f"{where}.content")):
         at = f"{where}.content[{k}]"
         kind = block["type"]
         if kind == "text":
             texts.append(_string(block.get("text"), f"{at}.text"))
-        elif kind == "tool_use":
+        elif kind in ("tool_use", "mcp_tool_use"):
             calls.append(_tool_use(block, at))
+        elif kind == "mcp_tool_result":
+            flush()
+            out.append(_tool_result(block, at))
         elif kind == "thinking":
             thinking.append(_string(block.get("thinking"), f"{at}.thinking"))
         elif kind != "redacted_thinking":  # (opaque: nothing a template can show)
             raise ValidationError(
                 f"{at} of type {kind[:40]!r} is not supported in an assistant turn (text, "
-                "tool_use, thinking)",
+                "tool_use, thinking, mcp_tool_use, mcp_tool_result)",
                 param="messages",
             )
-    message: dict[str, Any] = {"role": "assistant", "content": "\n".join(texts)}
-    if calls:
-        message["tool_calls"] = calls
-    if thinking:
-        message["reasoning_content"] = "\n".join(thinking)
-    return message
+    flush()
+    return out or [{"role": "assistant", "content": ""}]
 
 
 def _messages(body: Mapping[str, Any]) -> list[dict[str, Any]]:
@@ -181,7 +262,7 @@ def _messages(body: Mapping[str, Any]) -> list[dict[str, Any]]:
         if role == "user":
             out += _user(message.get("content"), where)
         elif role == "assistant":
-            out.append(_assistant(message.get("content"), where))
+            out += _assistant(message.get("content"), where)
         else:
             out.append({"role": "system", "content": _texts(message.get("content"), where)})
     return out
@@ -309,7 +390,9 @@ def read_messages(body: Any) -> MessagesRequest:
                 "stop_sequences must be a list of strings", param="stop_sequences"
             )
         chat["stop"] = stops
-    return MessagesRequest(chat, stream=bool(stream))
+    return MessagesRequest(
+        chat, stream=bool(stream), mcp_servers=_mcp_servers(body.get("mcp_servers"))
+    )
 
 
 def read_count_tokens(body: Any) -> dict[str, Any]:

@@ -9,6 +9,7 @@ from tokenwire.messages.egress import Error, Frame
 from tokenwire.messages.errors import ClientDisconnected, TokenwireError
 from tokenwire.runtime import Plan, Runtime
 from tokenwire.server import limits
+from tokenwire.server.anthropic import mcp
 from tokenwire.server.anthropic.errors import ANTHROPIC_ERRORS
 from tokenwire.server.anthropic.output import (
     MessageEvents,
@@ -85,8 +86,12 @@ async def messages(app: App, receive: Any, send: Any) -> None:
     rt = app.runtime
     config = app.config
 
+    held: dict[str, Any] = {}
+
     def plan_of(body: Any) -> Plan:
         req = read_messages(body)
+        held["req"] = req
+        held["endpoints"] = mcp.endpoints(app, req)
         return parse_as_chat(
             req.chat,
             rt.tokenizer,
@@ -102,7 +107,27 @@ async def messages(app: App, receive: Any, send: Any) -> None:
     def gathered(plan: Plan, subs: Subs) -> Any:
         return _collect(rt, plan, subs)
 
-    await serve_plan(rt, receive, send, ROUTE, plan_of, streamer, gathered, ANTHROPIC_ERRORS)
+    def parse(body: Any) -> Plan:
+        plan = plan_of(body)
+        if held["endpoints"]:
+            raise _ServerTools(plan)  # (the MCP connector's rounds: not one plan to submit)
+        return plan
+
+    try:
+        await serve_plan(rt, receive, send, ROUTE, parse, streamer, gathered, ANTHROPIC_ERRORS)
+    except _ServerTools as tools:
+        plan = tools.plan
+        await mcp.serve_mcp(
+            app, held["req"], plan, held["endpoints"], _message_id(plan), receive, send
+        )
+
+
+class _ServerTools(Exception):
+    """A request with ``mcp_servers``, parsed: served by ``mcp.serve_mcp``."""
+
+    def __init__(self, plan: Plan) -> None:
+        super().__init__("mcp_servers")
+        self.plan = plan
 
 
 async def count_tokens(app: App, receive: Any, send: Any) -> None:

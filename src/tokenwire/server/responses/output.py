@@ -18,6 +18,7 @@ from tokenwire.server.responses.request import ResponsesRequest
 __all__ = [
     "ResponseEvents",
     "error_object",
+    "mcp_item",
     "output_items",
     "response_object",
     "status_of",
@@ -124,6 +125,22 @@ def _call(call_id: str, name: str, arguments: str, status: str, item_id: str | N
     }
 
 
+def mcp_item(
+    kind: str, label: str, name: str, arguments: str, item_id: str | None = None
+) -> dict[str, Any]:
+    """An ``mcp_call`` (no output yet) or an ``mcp_approval_request``."""
+    item: dict[str, Any] = {
+        "id": item_id or _id("mcp" if kind == "mcp_call" else "mcpr"),
+        "type": kind,
+        "server_label": label,
+        "name": name,
+        "arguments": arguments,
+    }
+    if kind == "mcp_call":
+        item |= {"output": None, "error": None, "status": "in_progress"}
+    return item
+
+
 def output_items(
     reasoning: str, content: str, calls: list[ToolCall], status: str
 ) -> list[dict[str, Any]]:
@@ -144,15 +161,17 @@ def output_items(
 class _Open:
     """The output item being streamed."""
 
-    __slots__ = ("call", "head", "id", "index", "kind", "name", "pieces")
+    __slots__ = ("call", "head", "id", "index", "kind", "label", "name", "pieces")
 
     def __init__(self, kind: str, index: int, item_id: str) -> None:
-        self.kind = kind  # "message" | "reasoning" | "function_call"
+        # "message" | "reasoning" | "function_call" | "mcp_call" | "mcp_approval_request"
+        self.kind = kind
         self.index = index  # its output_index
         self.id = item_id
         self.pieces: list[str] = []  # its text, or a call's arguments, as streamed
         self.call: tuple[int, str] | None = None  # a call's (parser index, call id)
         self.name = ""
+        self.label = ""  # an MCP call's server
         #: Its delta events' fixed part, serialized once.
         self.head: bytes | None = None
 
@@ -175,6 +194,11 @@ class ResponseEvents:
         self.items: list[dict[str, Any]] = []
         self._open: _Open | None = None
         self._blank = ""  # whitespace waiting to open a message
+        #: Tools the server runs: name -> (MCP server label, whether a call waits for approval).
+        self.mcp: dict[str, tuple[str, bool]] = {}
+        #: Fields the response object adds (``truncated_items``: the oldest items dropped to
+        #: fit the context, with ``truncation: "auto"``).
+        self.extra: dict[str, Any] = {}
 
     def event(self, kind: str, **fields: Any) -> bytes:
         data = _json.encode({"type": kind, "sequence_number": self.seq, **fields})
@@ -182,7 +206,12 @@ class ResponseEvents:
         return b"event: " + kind.encode() + b"\ndata: " + data + b"\n\n"
 
     def response(self, status: str, **fields: Any) -> dict[str, Any]:
-        return response_object(self.req, self.model, self.created, status=status, **fields)
+        body = response_object(self.req, self.model, self.created, status=status, **fields)
+        return body | self.extra if self.extra else body
+
+    def close(self, status: str = "completed") -> bytes:
+        """Close the item being streamed (``incomplete`` when its output was cut)."""
+        return self._close(status)
 
     def start(self) -> bytes:
         """``response.created`` and ``response.in_progress``."""
@@ -199,7 +228,10 @@ class ResponseEvents:
         for call in d.tool_calls:
             if call.id is not None:
                 out.append(self._close("completed"))
-                out.append(self._open_call(call.index, call.id, call.name or ""))
+                if call.name in self.mcp:
+                    out.append(self._open_mcp(call.index, call.id, call.name))
+                else:
+                    out.append(self._open_call(call.index, call.id, call.name or ""))
             if call.arguments:
                 out.append(self._arguments(call.index, call.arguments))
         return b"".join(out)
@@ -295,6 +327,20 @@ class ResponseEvents:
             "response.output_item.added", output_index=self._open.index, item=item
         )
 
+    def _open_mcp(self, index: int, call_id: str, name: str) -> bytes:
+        """A call of a tool the server runs: an ``mcp_call`` (or, when it waits for the
+        client's approval, an ``mcp_approval_request``)."""
+        label, approval = self.mcp[name]
+        kind = "mcp_approval_request" if approval else "mcp_call"
+        item = mcp_item(kind, label, name, "")
+        self._open = _Open(kind, len(self.items), item["id"])
+        self._open.call = (index, call_id)
+        self._open.name = name
+        self._open.label = label
+        if approval:
+            return b""  # (an approval request is added whole when its arguments are in)
+        return self.event("response.output_item.added", output_index=self._open.index, item=item)
+
     def _arguments(self, index: int, piece: str) -> bytes:
         item = self._open
         if item is None or item.call is None or item.call[0] != index:
@@ -302,7 +348,53 @@ class ResponseEvents:
             # next call's start)
             return b""
         item.pieces.append(piece)
+        if item.kind == "mcp_approval_request":
+            return b""
+        if item.kind == "mcp_call":
+            return self._piece(item, "response.mcp_call_arguments.delta", piece)
         return self._piece(item, "response.function_call_arguments.delta", piece)
+
+    # ---- items the server adds (MCP) -------------------------------------------------------------
+
+    def added(self, item: dict[str, Any]) -> tuple[int, bytes]:
+        """A whole item the server adds, opened: its output index and its events."""
+        out = self._close("completed")
+        index = len(self.items)
+        self.items.append(item)
+        out += self.event("response.output_item.added", output_index=index, item=item)
+        if item["type"] == "mcp_list_tools":
+            out += self.event(
+                "response.mcp_list_tools.in_progress", item_id=item["id"], output_index=index
+            )
+        elif item["type"] == "mcp_call":
+            out += self.event(
+                "response.mcp_call_arguments.done",
+                item_id=item["id"],
+                output_index=index,
+                arguments=item["arguments"],
+            )
+            out += self.event(
+                "response.mcp_call.in_progress", item_id=item["id"], output_index=index
+            )
+        return index, out
+
+    def done(self, index: int, **fields: Any) -> bytes:
+        """Item ``index`` (an MCP listing or call) is over: ``fields`` set on it (``tools``,
+        ``output``, ``error``, ``status``), its events."""
+        item = self.items[index]
+        item.update(fields)
+        failed = item.get("error") is not None
+        if item["type"] == "mcp_call":
+            item["status"] = "failed" if failed else "completed"
+        kind = {"mcp_list_tools": "response.mcp_list_tools", "mcp_call": "response.mcp_call"}[
+            item["type"]
+        ]
+        out = self.event(
+            f"{kind}.failed" if failed else f"{kind}.completed",
+            item_id=item["id"],
+            output_index=index,
+        )
+        return out + self.event("response.output_item.done", output_index=index, item=item)
 
     def _close(self, status: str) -> bytes:
         """Close the open item (``status``: ``completed``, or ``incomplete`` when the response
@@ -312,6 +404,21 @@ class ResponseEvents:
             return b""
         at = {"item_id": item.id, "output_index": item.index}
         text = item.text
+        if item.kind == "mcp_call":
+            # (run once the response's round is over: ``done`` ends it)
+            whole = mcp_item("mcp_call", item.label, item.name, text, item.id)
+            whole["status"] = "calling"
+            self.items.append(whole)
+            return self.event("response.mcp_call_arguments.done", **at, arguments=text) + (
+                self.event("response.mcp_call.in_progress", **at)
+            )
+        if item.kind == "mcp_approval_request":
+            whole = mcp_item("mcp_approval_request", item.label, item.name, text, item.id)
+            self.items.append(whole)
+            added = self.event("response.output_item.added", output_index=item.index, item=whole)
+            return added + self.event(
+                "response.output_item.done", output_index=item.index, item=whole
+            )
         if item.kind == "function_call":
             assert item.call is not None
             whole = _call(item.call[1], item.name, text, status, item.id)

@@ -1,8 +1,9 @@
 """A Responses API request (``POST /v1/responses``) read as the chat completions request it amounts
 to: ``instructions`` and ``input`` (a string, or items: messages with text parts,
-``function_call``, ``function_call_output`` and ``reasoning`` items) as chat messages, after the
-conversation of ``previous_response_id``; function ``tools`` and ``tool_choice`` in the chat
-shape; ``text.format`` as ``response_format``; ``reasoning.effort`` as ``reasoning_effort``;
+``function_call``, ``function_call_output``, ``reasoning`` and the MCP items) as chat messages,
+after the context a ``previous_response_id`` or a ``conversation`` gives; function ``tools``
+and ``tool_choice`` in the chat shape, ``mcp`` tools read (``McpTool``: the server runs them);
+``text.format`` as ``response_format``; ``reasoning.effort`` as ``reasoning_effort``;
 ``max_output_tokens`` as ``max_tokens``. Each item is checked here, naming its field
 (``input[2].call_id``); what the chat route checks (sampling, the template, the tools' schemas,
 structured output) it checks, and its errors name the Responses fields. Plain functions, no
@@ -12,7 +13,7 @@ from __future__ import annotations
 
 import json
 import uuid
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -28,8 +29,13 @@ from tokenwire.server.openai.parse import REASONING_EFFORTS
 __all__ = [
     "RENAMES",
     "RESPONSES_KEYS",
+    "McpTool",
     "ResponsesRequest",
+    "check_metadata",
+    "conversation_id",
     "input_messages",
+    "item_id",
+    "normalize_items",
     "read_request",
 ]
 
@@ -75,7 +81,6 @@ _INFORMATIONAL = {
     "prompt_cache_key",
     "prompt_cache_retention",
     "safety_identifier",
-    "max_tool_calls",
     "stream_options",
 }
 
@@ -99,6 +104,7 @@ RESPONSES_KEYS = (
         "top_logprobs",
         "prompt",
         "conversation",
+        "max_tool_calls",
     }
 )
 
@@ -107,6 +113,50 @@ _TEXT_PARTS = {"input_text": "text", "output_text": "text", "text": "text", "ref
 _ROLES = ("user", "assistant", "system", "developer")
 #: ``include`` values this server cannot honour (the others ask for what it never makes).
 _UNSUPPORTED_INCLUDES = {"message.output_text.logprobs"}
+#: Item id prefixes, per item type (an item the client sends without an id is given one).
+_ID_PREFIX = {
+    "message": "msg",
+    "function_call": "fc",
+    "function_call_output": "fco",
+    "reasoning": "rs",
+    "mcp_list_tools": "mcpl",
+    "mcp_call": "mcp",
+    "mcp_approval_request": "mcpr",
+    "mcp_approval_response": "mcpa",
+}
+#: OpenAI's bounds on ``metadata``.
+_METADATA_PAIRS, _METADATA_KEY, _METADATA_VALUE = 16, 64, 512
+#: Longest id a client may give an item, a call or a tool (ids are kept and looked up).
+MAX_ID_CHARS = 256
+
+
+def item_id(kind: str) -> str:
+    """A new id for an item of type ``kind``."""
+    return f"{_ID_PREFIX.get(kind, 'item')}_{uuid.uuid4().hex}"
+
+
+@dataclass
+class McpTool:
+    """A request's ``{"type": "mcp"}`` tool: an MCP server the server itself calls."""
+
+    server_label: str
+    #: Its URL (None: the ``--tool-server`` of that label).
+    server_url: str | None = None
+    headers: dict[str, str] = field(default_factory=dict)
+    #: The tools of the server the model is offered (None: all).
+    allowed_tools: frozenset[str] | None = None
+    #: ``always``, ``never``, or per tool: tools that need the client's approval first.
+    always: frozenset[str] | None = None
+    never: frozenset[str] | None = None
+    default_approval: bool = True
+
+    def needs_approval(self, name: str) -> bool:
+        """Whether calling tool ``name`` waits for an ``mcp_approval_response``."""
+        if self.never is not None and name in self.never:
+            return False
+        if self.always is not None and name in self.always:
+            return True
+        return self.default_approval
 
 
 @dataclass
@@ -130,6 +180,20 @@ class ResponsesRequest:
     #: How large ``echo`` is, in characters of JSON (what keeping the response costs).
     echo_chars: int = 0
     id: str = field(default_factory=lambda: "resp_" + uuid.uuid4().hex)
+    #: This turn's input items, as kept (each with an id).
+    input_items: list[dict[str, Any]] = field(default_factory=list)
+    #: The items before them (a previous response's context, or a conversation's).
+    context_items: list[dict[str, Any]] = field(default_factory=list)
+    #: The conversation the response goes in (its items are the context; the turn is added).
+    conversation: str | None = None
+    #: The MCP servers the request offers the model.
+    mcp: list[McpTool] = field(default_factory=list)
+    #: ``max_tool_calls``: most built-in (MCP) tool calls the response makes.
+    max_tool_calls: int | None = None
+    #: ``truncation: "auto"``: drop the oldest items to fit the context.
+    truncate: bool = False
+    #: ``instructions``, kept apart (each round's messages start with it).
+    instructions: str | None = None
 
 
 def _string(value: Any, where: str, param: str, *, required: bool = True) -> str | None:
@@ -282,16 +346,205 @@ def input_messages(items: Any, where: str = "input") -> list[dict[str, Any]]:
                 reasoning = []
             reasoning.append(text)
             joinable = False
+        elif kind in ("mcp_call", "mcp_approval_request"):
+            # A call the server ran (or asks to run): the assistant's tool call, then (a run
+            # call) its output; a call run after an approval is that request's output.
+            name = _string(item.get("name"), f"{at}.name", where)
+            arguments = _arguments(item.get("arguments"), f"{at}.arguments", where)
+            call_id = _string(item.get("id"), f"{at}.id", where, required=False) or item_id(kind)
+            approved = _string(
+                item.get("approval_request_id"), f"{at}.approval_request_id", where, required=False
+            )
+            if kind == "mcp_approval_request" or approved is None:
+                function = {"name": name, "arguments": arguments}
+                call = {"id": call_id, "type": "function", "function": function}
+                if joinable and reasoning is None and not out[-1].get("tool_calls"):
+                    out[-1]["tool_calls"] = [call]  # (the text the model wrote before it)
+                else:
+                    message = {"role": "assistant", "content": "", "tool_calls": [call]}
+                    out.append(assistant(message))
+            if kind == "mcp_call":
+                out.append(
+                    {
+                        "role": "tool",
+                        "tool_call_id": approved or call_id,
+                        "content": _mcp_output(item),
+                    }
+                )
+            joinable = False
+        elif kind == "mcp_approval_response":
+            request = _string(item.get("approval_request_id"), f"{at}.approval_request_id", where)
+            if not isinstance(item.get("approve"), bool):
+                raise ValidationError(f"{at}.approve must be a boolean", param=where)
+            if not item["approve"]:
+                declined = "The user declined this tool call."
+                out.append({"role": "tool", "tool_call_id": request, "content": declined})
+            joinable = False
+        elif kind == "mcp_list_tools":
+            _string(item.get("server_label"), f"{at}.server_label", where)
+            if not isinstance(item.get("tools"), list):
+                raise ValidationError(f"{at}.tools must be a list", param=where)
         else:
             shown = kind if isinstance(kind, str) else type(kind).__name__
             raise ValidationError(
                 f"{at}.type {shown[:40]!r} is not supported (message, function_call, "
-                "function_call_output, reasoning)",
+                "function_call_output, reasoning, mcp_list_tools, mcp_call, "
+                "mcp_approval_request, mcp_approval_response)",
                 param=where,
             )
     if reasoning is not None:
         out.append(assistant({"role": "assistant", "content": ""}))
     return out
+
+
+def _mcp_output(item: Mapping[str, Any]) -> str:
+    """What an ``mcp_call`` gave the model: its output, else its error."""
+    if isinstance(item.get("output"), str):
+        return item["output"]
+    error = item.get("error")
+    if error is None:
+        return ""
+    if isinstance(error, str):
+        return "Error: " + error
+    return "Error: " + json.dumps(error, ensure_ascii=False)
+
+
+def _content_parts(content: Any, role: str) -> list[dict[str, Any]]:
+    """A message's content as parts (a string as one text part, typed for its role)."""
+    if isinstance(content, str):
+        kind = "output_text" if role == "assistant" else "input_text"
+        part: dict[str, Any] = {"type": kind, "text": content}
+        if kind == "output_text":
+            part["annotations"] = []
+        return [part]
+    return content
+
+
+def normalize_items(items: Any) -> list[dict[str, Any]]:
+    """Input items as kept (``input_messages`` has checked them): a string as a user message,
+    each item with its ``type``, an ``id`` (the client's, else a new one) and, for a message,
+    its content as parts and a ``status``."""
+    if isinstance(items, str):
+        items = [{"type": "message", "role": "user", "content": items}]
+    out = []
+    for item in items:
+        kind = item.get("type") or ("message" if "role" in item else None)
+        kept = {**item, "type": kind}
+        if not isinstance(kept.get("id"), str) or not kept["id"]:
+            kept["id"] = item_id(kind)
+        if kind == "message":
+            kept["content"] = _content_parts(item.get("content"), item.get("role", "user"))
+            kept.setdefault("status", "completed")
+        out.append(kept)
+    return out
+
+
+def check_ids(items: Any, where: str = "input") -> None:
+    """Ids the client gives (an item's, a call's) are at most ``MAX_ID_CHARS``: they are kept
+    and looked up, and no template renders them, so no context check bounds them."""
+    if not isinstance(items, list):
+        return
+    for k, item in enumerate(items):
+        if not isinstance(item, dict):
+            continue
+        for key in ("id", "call_id", "approval_request_id"):
+            value = item.get(key)
+            if isinstance(value, str) and len(value) > MAX_ID_CHARS:
+                raise ValidationError(
+                    f"{where}[{k}].{key} is {len(value)} characters long (at most {MAX_ID_CHARS})",
+                    param=where,
+                )
+
+
+def check_metadata(metadata: Any, param: str = "metadata") -> dict[str, str]:
+    """``metadata``: at most 16 pairs of strings, keys up to 64 characters, values up to 512
+    (OpenAI's bounds)."""
+    if metadata is None:
+        return {}
+    if not isinstance(metadata, dict) or not all(
+        isinstance(k, str) and isinstance(v, str) for k, v in metadata.items()
+    ):
+        raise ValidationError(f"{param} must be an object of strings", param=param)
+    if len(metadata) > _METADATA_PAIRS:
+        raise ValidationError(
+            f"{param} has {len(metadata)} pairs (at most {_METADATA_PAIRS})", param=param
+        )
+    for k, v in metadata.items():
+        if len(k) > _METADATA_KEY or len(v) > _METADATA_VALUE:
+            raise ValidationError(
+                f"{param} keys are at most {_METADATA_KEY} characters and values at most "
+                f"{_METADATA_VALUE}",
+                param=param,
+            )
+    return metadata
+
+
+def conversation_id(value: Any) -> str | None:
+    """``conversation``: an id, or ``{"id": ...}``."""
+    if value is None:
+        return None
+    if isinstance(value, dict):
+        value = value.get("id")
+    if not isinstance(value, str) or not value:
+        raise ValidationError(
+            "conversation must be a conversation id or {'id': ...}", param="conversation"
+        )
+    return value
+
+
+def _names(value: Any, where: str) -> frozenset[str] | None:
+    """A list of tool names, or ``{"tool_names": [...]}``."""
+    if value is None:
+        return None
+    if isinstance(value, dict):
+        if value.get("read_only"):
+            raise ValidationError(
+                f"{where}.read_only is not supported by this server", param="tools"
+            )
+        value = value.get("tool_names", [])
+    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+        raise ValidationError(f"{where} must be a list of tool names", param="tools")
+    return frozenset(value)
+
+
+def _mcp_tool(tool: Mapping[str, Any], at: str) -> McpTool:
+    """A ``{"type": "mcp"}`` tool, checked."""
+    label = _string(tool.get("server_label"), f"{at}.server_label", "tools")
+    if not label:
+        raise ValidationError(f"{at}.server_label must not be empty", param="tools")
+    for key in ("connector_id", "tunnel_id"):
+        if tool.get(key) is not None:
+            raise ValidationError(f"{at}.{key} is not supported by this server", param="tools")
+    url = _string(tool.get("server_url"), f"{at}.server_url", "tools", required=False)
+    headers = tool.get("headers") or {}
+    if not isinstance(headers, dict) or not all(
+        isinstance(k, str) and isinstance(v, str) for k, v in headers.items()
+    ):
+        raise ValidationError(f"{at}.headers must be an object of strings", param="tools")
+    auth = _string(tool.get("authorization"), f"{at}.authorization", "tools", required=False)
+    if auth:
+        headers = {**headers, "Authorization": f"Bearer {auth}"}
+    spec = McpTool(
+        label, url, dict(headers), _names(tool.get("allowed_tools"), f"{at}.allowed_tools")
+    )
+    approval = tool.get("require_approval", "always")
+    if approval in (None, "always", "never"):
+        spec.default_approval = approval != "never"
+    elif isinstance(approval, dict):
+        for key in approval:
+            if key not in ("always", "never"):
+                raise ValidationError(
+                    f"{at}.require_approval has only 'always' and 'never' filters", param="tools"
+                )
+        spec.always = _names(approval.get("always"), f"{at}.require_approval.always")
+        spec.never = _names(approval.get("never"), f"{at}.require_approval.never")
+        # (tools neither filter names need approval, as OpenAI's default)
+    else:
+        raise ValidationError(
+            f"{at}.require_approval must be 'always', 'never' or an object of filters",
+            param="tools",
+        )
+    return spec
 
 
 def _tools(tools: Any) -> list[dict[str, Any]] | None:
@@ -307,10 +560,13 @@ def _tools(tools: Any) -> list[dict[str, Any]] | None:
         if not isinstance(tool, dict):
             raise ValidationError(f"{at} must be an object", param="tools")
         kind = tool.get("type")
+        if kind == "mcp":
+            continue  # (read by _mcp_tools)
         if kind != "function":
             shown = kind if isinstance(kind, str) else type(kind).__name__
             raise ValidationError(
-                f"{at}.type {shown[:40]!r} is not supported: this server runs function tools only",
+                f"{at}.type {shown[:40]!r} is not supported: this server runs function and mcp "
+                "tools only",
                 param="tools",
             )
         function: dict[str, Any] = {"name": _string(tool.get("name"), f"{at}.name", "tools")}
@@ -324,16 +580,36 @@ def _tools(tools: Any) -> list[dict[str, Any]] | None:
     return out
 
 
+def _mcp_tools(tools: Any) -> list[McpTool]:
+    """The request's ``mcp`` tools (one per server label)."""
+    out: list[McpTool] = []
+    for k, tool in enumerate(tools or ()):
+        if isinstance(tool, dict) and tool.get("type") == "mcp":
+            spec = _mcp_tool(tool, f"tools[{k}]")
+            if any(t.server_label == spec.server_label for t in out):
+                raise ValidationError(
+                    f"tools[{k}].server_label {spec.server_label[:40]!r} is given twice",
+                    param="tools",
+                )
+            out.append(spec)
+    return out
+
+
 def _tool_choice(choice: Any) -> Any:
-    """``none``, ``auto``, ``required`` or ``{"type": "function", "name"}``, in the chat shape."""
+    """``none``, ``auto``, ``required``, ``{"type": "function", "name"}`` or ``{"type": "mcp",
+    "server_label", "name"}``, in the chat shape (an MCP tool is offered as a function)."""
     if choice is None or choice in ("none", "auto", "required"):
         return choice
     if isinstance(choice, dict) and choice.get("type") == "function":
         name = _string(choice.get("name"), "tool_choice.name", "tool_choice")
         return {"type": "function", "function": {"name": name}}
+    if isinstance(choice, dict) and choice.get("type") == "mcp":
+        _string(choice.get("server_label"), "tool_choice.server_label", "tool_choice")
+        name = _string(choice.get("name"), "tool_choice.name", "tool_choice", required=False)
+        return {"type": "function", "function": {"name": name}} if name else "required"
     raise ValidationError(
-        "tool_choice must be 'none', 'auto', 'required' or {'type': 'function', 'name': ...} "
-        "(this server runs function tools only)",
+        "tool_choice must be 'none', 'auto', 'required', {'type': 'function', 'name': ...} or "
+        "{'type': 'mcp', 'server_label': ..., 'name': ...}",
         param="tool_choice",
     )
 
@@ -398,14 +674,22 @@ def _reasoning(reasoning: Any) -> tuple[str | None, dict[str, Any]]:
 
 def _check_unsupported(body: Mapping[str, Any], stream: bool, background: bool) -> None:
     """Fields this server understands but cannot honour: a 400 naming them, not ignored."""
-    for key in ("prompt", "conversation"):
-        if body.get(key) is not None:
-            raise ValidationError(f"{key} is not supported by this server", param=key)
+    if body.get("prompt") is not None:
+        raise ValidationError("prompt is not supported by this server", param="prompt")
     truncation = body.get("truncation")
-    if truncation not in (None, "disabled"):
+    if truncation not in (None, "disabled", "auto"):
         raise ValidationError(
-            f"truncation={truncation!r} is not supported by this server (only 'disabled')",
+            f"truncation must be 'auto' or 'disabled', got {str(truncation)[:40]!r}",
             param="truncation",
+        )
+    if body.get("conversation") is not None and body.get("previous_response_id") is not None:
+        raise ValidationError(
+            "previous_response_id and conversation cannot both be given", param="conversation"
+        )
+    most = body.get("max_tool_calls")
+    if most is not None and (not is_int(most) or most < 1):
+        raise ValidationError(
+            f"max_tool_calls must be a positive integer, got {most!r}", param="max_tool_calls"
         )
     top = body.get("top_logprobs")
     if top is not None and top != 0:
@@ -419,11 +703,7 @@ def _check_unsupported(body: Mapping[str, Any], stream: bool, background: bool) 
                 raise ValidationError(
                     f"include {value!r} is not supported by this server", param="include"
                 )
-    metadata = body.get("metadata")
-    if metadata is not None and not (
-        isinstance(metadata, dict) and all(isinstance(v, str) for v in metadata.values())
-    ):
-        raise ValidationError("metadata must be an object of strings", param="metadata")
+    check_metadata(body.get("metadata"))
     if background and stream:
         raise ValidationError(
             "background responses are not streamed by this server: poll "
@@ -432,9 +712,20 @@ def _check_unsupported(body: Mapping[str, Any], stream: bool, background: bool) 
         )
 
 
-def read_request(body: Any, history_of: Callable[[str], list[dict[str, Any]]]) -> ResponsesRequest:
-    """A Responses request checked and translated; ``history_of(previous_response_id)`` gives
-    the conversation a previous response continues (or raises its 404)."""
+def _echoed_tools(tools: Any) -> list[Any]:
+    """The request's tools as the response gives them back: an MCP tool's headers and token
+    left out (secrets the server keeps)."""
+    out = []
+    for tool in tools or []:
+        if isinstance(tool, dict) and tool.get("type") == "mcp":
+            tool = {k: v for k, v in tool.items() if k not in ("headers", "authorization")}
+        out.append(_echoed_tool(tool))
+    return out
+
+
+def read_request(body: Any, context: list[dict[str, Any]] | None = None) -> ResponsesRequest:
+    """A Responses request checked and translated; ``context`` is the items before its input
+    (what its ``previous_response_id`` or ``conversation`` gives)."""
     if not isinstance(body, dict):
         raise ValidationError("the request body must be a JSON object", param=None)
     warn_unknown_fields(body, RESPONSES_KEYS)
@@ -453,24 +744,28 @@ def read_request(body: Any, history_of: Callable[[str], list[dict[str, Any]]]) -
         "previous_response_id",
         required=False,
     )
+    conversation = conversation_id(body.get("conversation"))
     max_out = body.get("max_output_tokens")
     if max_out is not None and (not is_int(max_out) or max_out < 1):
         raise ValidationError(
             f"max_output_tokens must be a positive integer, got {max_out!r}",
             param="max_output_tokens",
         )
+    check_ids(body["input"])
     turn = input_messages(body["input"])
-    if not turn:
+    if not turn and not _only_approvals(body["input"]):
         raise ValidationError("input must not be empty", param="input")
-    before = history_of(previous) if previous is not None else []
+    context = list(context or [])
+    before = input_messages(context, "context")
     history = before + turn
     messages = ([{"role": "system", "content": instructions}] if instructions else []) + history
     tools = _tools(body.get("tools"))
+    mcp = _mcp_tools(body.get("tools"))
     response_format, fmt = _text_format(body.get("text"))
     effort, reasoning = _reasoning(body.get("reasoning"))
     chat: dict[str, Any] = {key: body[key] for key in _SAME if body.get(key) is not None}
     chat |= {"messages": messages, "stream": stream, "max_tokens": max_out}
-    if tools is not None:
+    if tools:
         chat["tools"] = tools
     choice = _tool_choice(body.get("tool_choice"))
     if choice is not None:
@@ -482,16 +777,18 @@ def read_request(body: Any, history_of: Callable[[str], list[dict[str, Any]]]) -
     echo = {
         "instructions": instructions,
         "max_output_tokens": max_out,
+        "max_tool_calls": body.get("max_tool_calls"),
         "metadata": body.get("metadata") or {},
         "parallel_tool_calls": body.get("parallel_tool_calls") is not False,
         "previous_response_id": previous,
+        "conversation": {"id": conversation} if conversation else None,
         "reasoning": reasoning,
         "temperature": body.get("temperature"),
         "text": {"format": fmt},
         "tool_choice": body.get("tool_choice") or "auto",
-        "tools": [_echoed_tool(t) for t in body.get("tools") or []],
+        "tools": _echoed_tools(body.get("tools")),
         "top_p": body.get("top_p"),
-        "truncation": "disabled",
+        "truncation": body.get("truncation") or "disabled",
     }
     if body.get("user") is not None:  # (a string in OpenAI's document, never null)
         echo["user"] = body["user"]
@@ -505,4 +802,20 @@ def read_request(body: Any, history_of: Callable[[str], list[dict[str, Any]]]) -
         background=background,
         previous_response_id=previous,
         echo=echo,
+        input_items=normalize_items(body["input"]),
+        context_items=context,
+        conversation=conversation,
+        mcp=mcp,
+        max_tool_calls=body.get("max_tool_calls"),
+        truncate=body.get("truncation") == "auto",
+        instructions=instructions,
+    )
+
+
+def _only_approvals(items: Any) -> bool:
+    """Whether ``items`` are approval responses alone (a turn that only approves a call)."""
+    return (
+        isinstance(items, list)
+        and bool(items)
+        and all(isinstance(i, dict) and i.get("type") == "mcp_approval_response" for i in items)
     )
