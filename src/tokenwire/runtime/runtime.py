@@ -54,8 +54,8 @@ from tokenwire.messages.frames import (
     decode_error_frame,
     decode_result_frame,
 )
-from tokenwire.pooling.tasks import PoolingModel, choose_pooling_task
 from tokenwire.multimodal.media import MissingExtraError
+from tokenwire.pooling.tasks import PoolingModel, choose_pooling_task
 from tokenwire.runtime.config import RuntimeConfig
 from tokenwire.runtime.media import MediaPool, extra_installed
 from tokenwire.runtime.metrics import EngineCollector, EngineSeries, Metrics, SharedMetrics
