@@ -102,7 +102,8 @@ async def test_a_role_of_the_wrong_type_is_a_400(app, path, role):
     body = {"messages": [{"role": role, "content": "hi"}]}
     resp = await call(app, "POST", path, json.dumps(body).encode())
     assert resp.status == 400 and resp.error()["param"] == "messages"
-    assert "role must be one of" in resp.error()["message"]
+    # (any string is a role the chat template may know, as vLLM passes it; these are not strings)
+    assert "role must be a non-empty string" in resp.error()["message"]
 
 
 async def test_unknown_field_names_are_kept_and_logged_briefly(app, monkeypatch, caplog):
