@@ -34,32 +34,39 @@ class BlockToolParser(ToolCallParser):
     def __init__(self, **kw: Any) -> None:
         super().__init__(**kw)
         self._state = _CONTENT
-        self._scan_at = 0  # where the close tag search goes on in the block's text
+        self._parts: list[str] = []  # the block's text scanned so far
         self._quote = ""  # the string literal the scan is in
+        self._esc = False  # the scan is just past a backslash in a string
 
     def calls(self, body: str) -> list[tuple[str, str]] | None:
         """``(name, JSON arguments)`` of each call in a block's text, or None if it is none."""
         raise NotImplementedError
 
-    def _find_close(self, text: str, final: bool) -> int:
-        """Where the close tag starts outside strings, or -1 (not yet)."""
-        i, n, tag = self._scan_at, len(text), self.close_tag
+    def _find_close(self, text: str, final: bool) -> tuple[int, int]:
+        """The scan goes on over ``text`` (the block's text after what is in ``_parts``):
+        ``(where the close tag starts outside strings or -1, how far the scan got)``; the scan
+        stops early where a mark may begin, split across pieces."""
+        i, n, tag = 0, len(text), self.close_tag
         while i < n:
+            if self._esc:
+                self._esc = False
+                i += 1
+                continue
             marks = (self._quote,) if self._quote else (tag, *self.string_marks)
             if not final and any(len(m) > n - i and m.startswith(text[i:]) for m in marks):
                 break  # a mark may begin here, split across pieces: wait for more
             if not self._quote and text.startswith(tag, i):
-                return i
+                return i, i
             mark = next((m for m in marks[not self._quote :] if text.startswith(m, i)), None)
             if mark is not None:
                 self._quote = "" if self._quote else mark
                 i += len(mark)
             elif self._quote and self.backslash_escapes and text[i] == "\\":
-                i += 2
+                self._esc = True
+                i += 1
             else:
                 i += 1
-        self._scan_at = min(i, n)
-        return -1
+        return -1, i
 
     def _step(self, out: ToolDelta, *, final: bool) -> None:
         while True:
@@ -78,20 +85,25 @@ class BlockToolParser(ToolCallParser):
                 if marker is None:
                     return
                 self._buf = buf[at + len(marker) :]
-                self._scan_at = 0
+                self._parts = []
                 self._quote = ""
+                self._esc = False
                 self._state = _BLOCK
             else:
-                end = self._find_close(buf, final)
+                end, scanned = self._find_close(buf, final)
                 if end < 0:
+                    self._parts.append(buf[:scanned])
+                    self._buf = buf[scanned:]
                     if final:  # never closed: the block as written
-                        out.content += self.open_tag + buf
+                        out.content += self.open_tag + "".join(self._parts) + self._buf
                         self._buf = ""
                     return
-                calls = self.calls(buf[:end])
+                body = "".join(self._parts) + buf[:end]
+                self._parts = []
+                calls = self.calls(body)
                 rest = buf[end + len(self.close_tag) :]
                 if calls is None:
-                    out.content += self.open_tag + buf[: end + len(self.close_tag)]
+                    out.content += self.open_tag + body + self.close_tag
                     self._buf = rest
                     self._state = _CONTENT
                     continue
