@@ -74,6 +74,8 @@ def main() -> None:
             out["cases"][case["id"]] = {"whole": _error(exc), "streams": []}
             continue
         body = {"model": "m", "messages": [{"role": "user", "content": "hi"}]}
+        if case["kwargs"]:  # as vLLM's serving has them on the request too
+            body["chat_template_kwargs"] = dict(case["kwargs"])
         if case["tools"]:
             body["tools"] = case["tools"]
             body["tool_choice"] = "auto"

@@ -20,7 +20,9 @@ from typing import Any, ClassVar
 from tokenwire.parsers.tools.values import ToolSchemas
 
 __all__ = [
+    "NAMED",
     "JsonCallStreamer",
+    "JsonShape",
     "JsonValueStreamer",
     "ToolCall",
     "ToolCallDelta",
@@ -319,28 +321,62 @@ class JsonValueStreamer:
 _IN_STRING = re.compile(r'["\\]')
 _OUTSIDE = re.compile(r'["{}\[\]]')
 _BARE_END = re.compile(r"[,}\] \t\r\n;]")
-_ARGUMENT_KEYS = ('"arguments"', '"parameters"')
+
+
+@dataclass(frozen=True)
+class JsonShape:
+    """How a family writes one call as a JSON object: ``{"name": NAME, "arguments": ARGS}``
+    under its keys for the two, or ``{NAME: ARGS}`` (``keyed``, Apertus)."""
+
+    #: Keys of the name, the first the one a call may stream after.
+    names: tuple[str, ...] = ("name",)
+    #: Keys of the arguments.
+    arguments: tuple[str, ...] = ("arguments", "parameters")
+    #: The object's one key is the name, its value the arguments.
+    keyed: bool = False
+    #: Keys of string values the family writes before the name (Cohere's ``tool_call_id``).
+    lead: tuple[str, ...] = ()
+
+    def head(self) -> tuple[str | tuple[str, ...] | None, ...]:
+        """The tokens of the head a call streams after (see ``_HeadScanner``)."""
+        if self.keyed:
+            return ("{", '"', None, ":")
+        keys = tuple(json.dumps(k) for k in self.arguments)
+        lead: tuple[str | None, ...] = ()
+        for key in self.lead:
+            lead += (json.dumps(key), ":", '"', _SKIP, ",")
+        return ("{", *lead, json.dumps(self.names[0]), ":", '"', None, ",", keys, ":")
+
+    def call(self, obj: Any) -> tuple[str, Any] | None:
+        """``(name, arguments)`` of a whole call object, or None when it is none."""
+        if not isinstance(obj, dict):
+            return None
+        if self.keyed:
+            if len(obj) != 1:
+                return None
+            ((name, args),) = obj.items()
+            return (name, args) if isinstance(args, dict) else None
+        name = next((obj[k] for k in self.names if isinstance(obj.get(k), str)), None)
+        if name is None:
+            return None
+        return name, next((obj[k] for k in self.arguments if k in obj), {})
+
+
+#: Hermes' shape, most families'.
+NAMED = JsonShape()
+#: A head token: a string value that is not the name (its opening quote already matched).
+_SKIP = ""
 
 
 class _HeadScanner:
-    """``{"name": "...", "arguments":`` (or ``"parameters"``) at an object's start, matched as
-    the text comes, each character once: ``feed`` returns where the head ends in the piece once
-    it is complete; ``dead`` once the object cannot start so."""
+    """A call's head (``{"name": "...", "arguments":``, as its shape writes it) at an object's
+    start, matched as the text comes, each character once: ``feed`` returns where the head ends
+    in the piece once it is complete; ``dead`` once the object cannot start so."""
 
-    #: The head's tokens, space allowed before each: literals, the name string (None), and the
-    #: arguments key (a tuple of the keys it may be).
-    _TOKENS: tuple[str | tuple[str, ...] | None, ...] = (
-        "{",
-        '"name"',
-        ":",
-        '"',
-        None,
-        ",",
-        _ARGUMENT_KEYS,
-        ":",
-    )
-
-    def __init__(self) -> None:
+    def __init__(self, shape: JsonShape = NAMED) -> None:
+        #: The head's tokens, space allowed before each: literals, the name string (None), and
+        #: the arguments key (a tuple of the keys it may be).
+        self._tokens = shape.head()
         self._token = 0
         self._matched = ""  # of the current literal token
         self._name: list[str] = []
@@ -349,11 +385,11 @@ class _HeadScanner:
         self.name: str | None = None
 
     def feed(self, text: str) -> int | None:
-        tokens = self._TOKENS
+        tokens = self._tokens
         i, n = 0, len(text)
         while i < n and not self.dead:
             want = tokens[self._token]
-            if want is None:  # in the name string
+            if want is None or want == _SKIP:  # in the name string, or a string skipped
                 if self._esc:
                     self._esc = False
                     self._name.append(text[i])
@@ -368,6 +404,10 @@ class _HeadScanner:
                 if m.group() == "\\":
                     self._name.append("\\")
                     self._esc = True
+                    continue
+                if want == _SKIP:
+                    self._name = []
+                    self._token += 1
                     continue
                 raw = "".join(self._name)
                 try:
@@ -403,11 +443,12 @@ class JsonCallStreamer:
     An object that does not start with its name is parsed whole by ``close``. Linear in the
     object's length, however it is pushed."""
 
-    def __init__(self) -> None:
+    def __init__(self, shape: JsonShape = NAMED) -> None:
+        self.shape = shape
         self._parts: list[str] = []
         self.name: str | None = None
         self._object = JsonValueStreamer()
-        self._head = _HeadScanner()
+        self._head = _HeadScanner(shape)
         self._args: JsonValueStreamer | None = None
         #: The text of the last ``push`` past the object's end.
         self.rest = ""
@@ -461,10 +502,8 @@ class JsonCallStreamer:
             obj = strict_json(self.text)
         except ValueError:
             return None
-        if not isinstance(obj, dict) or not isinstance(obj.get("name"), str):
+        call = self.shape.call(obj)
+        if call is None:
             return None
-        args = obj.get("arguments", obj.get("parameters", {}))
-        self.name = obj["name"]
-        return obj["name"], (
-            args if isinstance(args, str) else json.dumps(args, ensure_ascii=False)
-        )
+        self.name, args = call
+        return self.name, (args if isinstance(args, str) else json.dumps(args, ensure_ascii=False))

@@ -9,13 +9,21 @@ from __future__ import annotations
 
 import ast
 import json
+import re
 from typing import Any, ClassVar
 
 from tokenwire.parsers.markers import find_marker
 from tokenwire.parsers.tools.base import ToolCallParser, ToolDelta
-from tokenwire.parsers.tools.values import coerce
+from tokenwire.parsers.tools.values import coerce, is_string_only, schema_types
 
-__all__ = ["BlockToolParser", "FunctionGemmaToolParser", "Olmo3ToolParser"]
+__all__ = [
+    "BlockToolParser",
+    "FunctionGemmaToolParser",
+    "Gemma4ToolParser",
+    "Lfm2ToolParser",
+    "MinimaxM3ToolParser",
+    "Olmo3ToolParser",
+]
 
 _CONTENT, _BLOCK, _AFTER = range(3)
 
@@ -205,20 +213,21 @@ class _Reader:
     """FunctionGemma's value notation: ``<escape>``-quoted strings, ``{key:value,...}``,
     ``[value,...]`` and bare values."""
 
-    def __init__(self, text: str) -> None:
+    def __init__(self, text: str, escape: str = _ESCAPE) -> None:
         self.text = text
         self.i = 0
+        self.escape = escape
 
     def value(self, depth: int = 0) -> Any:
         if depth > 100:
             raise ValueError("nested too deeply")
-        t = self.text
-        if t.startswith(_ESCAPE, self.i):
-            end = t.find(_ESCAPE, self.i + len(_ESCAPE))
+        t, escape = self.text, self.escape
+        if t.startswith(escape, self.i):
+            end = t.find(escape, self.i + len(escape))
             if end < 0:
                 raise ValueError("unclosed string")
-            value = t[self.i + len(_ESCAPE) : end]
-            self.i = end + len(_ESCAPE)
+            value = t[self.i + len(escape) : end]
+            self.i = end + len(escape)
             return value
         if self.i < len(t) and t[self.i] == "{":
             return self.mapping(depth)
@@ -305,7 +314,7 @@ class FunctionGemmaToolParser(BlockToolParser):
         name = body[len("call:") : brace].strip() if brace > 0 else ""
         if not name or any(c.isspace() for c in name):
             return None
-        reader = _Reader(body[brace:])
+        reader = _Reader(body[brace:], self.string_marks[0])
         try:
             args = reader.mapping()
         except (ValueError, RecursionError):
@@ -322,3 +331,143 @@ class FunctionGemmaToolParser(BlockToolParser):
             return None
 
     string_marks = (_ESCAPE,)
+
+
+class Gemma4ToolParser(FunctionGemmaToolParser):
+    """``gemma4``: Gemma 4 calls, FunctionGemma's notation in ``<|tool_call>call:NAME{...}
+    <tool_call|>``, strings between ``<|"|>`` marks."""
+
+    name = "gemma4"
+    open_tag = "<|tool_call>"
+    close_tag = "<tool_call|>"
+    string_marks = ('<|"|>',)
+
+
+class Lfm2ToolParser(BlockToolParser):
+    """``lfm2``: LFM2 / LFM2.5 calls, a Python list of calls in ``<|tool_call_start|>`` ...
+    ``<|tool_call_end|>``."""
+
+    name = "lfm2"
+    needs_special_tokens = True
+    open_tag = "<|tool_call_start|>"
+    close_tag = "<|tool_call_end|>"
+    string_marks = ('"', "'")
+    backslash_escapes = True
+
+    def calls(self, body: str) -> list[tuple[str, str]] | None:
+        return python_calls(body)
+
+
+# ---- MiniMax-M3 --------------------------------------------------------------------------------
+
+_M3 = "]<]minimax[>["
+_M3_INVOKE = re.compile(re.escape(_M3) + r"""<invoke name=(?:"([^"]*)"|'([^']*)'|([^>\s]*))>""")
+
+
+class MinimaxM3ToolParser(BlockToolParser):
+    """``minimax_m3``: MiniMax-M3 calls, every tag prefixed with ``]<]minimax[>[``: ``<invoke
+    name="NAME">`` holding one element per argument, named after it, in ``<tool_call>``.
+    An element holding elements is an object, or a list when its schema says array (the
+    template writes items as ``<item>``); a leaf is typed by its schema."""
+
+    name = "minimax_m3"
+    needs_special_tokens = True
+    open_tag = f"{_M3}<tool_call>"
+    close_tag = f"{_M3}</tool_call>"
+
+    def calls(self, body: str) -> list[tuple[str, str]] | None:
+        out = []
+        pos = 0
+        while True:
+            m = _M3_INVOKE.search(body, pos)
+            if m is None:
+                break
+            if body[pos : m.start()].strip():
+                return None
+            name = next(g for g in m.groups() if g is not None)
+            end = body.find(f"{_M3}</invoke>", m.end())
+            if end < 0 or not name:
+                return None
+            props = self.schemas.parameter_schemas(name)
+            inner = body[m.end() : end]
+            try:
+                args = _M3Reader(inner).elements({"properties": props}) if inner.strip() else {}
+            except ValueError:
+                return None
+            if not isinstance(args, dict):
+                return None
+            try:
+                out.append((name, json.dumps(args, ensure_ascii=False, allow_nan=False)))
+            except (ValueError, RecursionError):
+                return None
+            pos = end + len(f"{_M3}</invoke>")
+        if not out or body[pos:].strip():
+            return None
+        return out
+
+
+class _M3Reader:
+    """MiniMax-M3's argument elements: ``]<]minimax[>[<key>`` ... ``]<]minimax[>[</key>``."""
+
+    def __init__(self, text: str) -> None:
+        self.text = text
+        self.i = 0
+
+    def elements(self, schema: Any, depth: int = 0) -> Any:
+        """The elements from here to the enclosing close tag (or the end): a dict, or a list
+        when the schema says array; a leaf's text when there are none."""
+        if depth > 128:
+            raise ValueError("nested too deeply")
+        t = self.text
+        start = self.i
+        items: list[tuple[str, Any]] = []
+        while True:
+            at = t.find(_M3 + "<", self.i)
+            if at < 0 or t.startswith(_M3 + "</", at):
+                break
+            if items == [] and t[start:at].strip():
+                break  # text before an element: this is a leaf
+            close = t.find(">", at + len(_M3) + 1)
+            if close < 0:
+                raise ValueError("unclosed tag")
+            key = t[at + len(_M3) + 1 : close].strip()
+            if not key or any(c.isspace() for c in key):
+                raise ValueError("bad element name")
+            self.i = close + 1
+            child = _child(schema, key)
+            value = self.elements(child, depth + 1)
+            end_tag = f"{_M3}</{key}>"
+            if not t.startswith(end_tag, self.i):
+                raise ValueError(f"element {key} not closed")
+            self.i += len(end_tag)
+            between = t.find(_M3 + "<", self.i)
+            if (
+                between >= 0
+                and t[self.i : between].strip()
+                and not t.startswith(_M3 + "</", between)
+            ):
+                raise ValueError("text between elements")
+            items.append((key, value))
+        if not items:
+            at = t.find(_M3 + "</", start)
+            at = len(t) if at < 0 else at
+            self.i = at
+            text = t[start:at]
+            return coerce(text.strip() if not is_string_only(schema) else text, schema)
+        stop = t.find(_M3 + "</", self.i)
+        if stop >= 0 and t[self.i : stop].strip():
+            raise ValueError("text after elements")
+        self.i = stop if stop >= 0 else len(t)
+        if "array" in schema_types(schema) and "object" not in schema_types(schema):
+            return [v for _, v in items]
+        return dict(items)
+
+
+def _child(schema: Any, key: str) -> Any:
+    """The schema of an element's child ``key`` (an array's items, an object's property)."""
+    if not isinstance(schema, dict):
+        return None
+    if "array" in schema_types(schema) and "object" not in schema_types(schema):
+        return schema.get("items")
+    props = schema.get("properties")
+    return props.get(key) if isinstance(props, dict) else None

@@ -9,7 +9,7 @@ from typing import Any
 
 from tokenwire.parsers.tools.base import JsonCallStreamer, ToolCallParser, ToolDelta
 
-__all__ = ["Llama3JsonToolParser"]
+__all__ = ["Llama3JsonToolParser", "Llama4JsonToolParser"]
 
 _START, _CALL, _SEP, _CONTENT = 0, 1, 2, 3
 _PYTHON_TAG = "<|python_tag|>"
@@ -70,3 +70,9 @@ class Llama3JsonToolParser(ToolCallParser):
             if final and not self._buf.strip():
                 self._buf = ""
                 return
+
+
+class Llama4JsonToolParser(Llama3JsonToolParser):
+    """``llama4_json``: Llama 4's JSON calls, Llama 3's format (vLLM's name)."""
+
+    name = "llama4_json"

@@ -12,7 +12,7 @@ from typing import Any
 
 from tokenwire.parsers.tools.base import ToolCallParser, ToolDelta
 
-__all__ = ["PythonicToolParser"]
+__all__ = ["Llama4PythonicToolParser", "PythonicToolParser"]
 
 _START, _LIST, _TAIL, _CONTENT = 0, 1, 2, 3
 _OPEN = "<|python_start|>"
@@ -134,3 +134,10 @@ class PythonicToolParser(ToolCallParser):
                     return i
         self._depth, self._quote, self._esc = depth, quote, esc
         return -1
+
+
+class Llama4PythonicToolParser(PythonicToolParser):
+    """``llama4_pythonic``: Llama 4's Python-list calls, optionally in ``<|python_start|>``
+    ... ``<|python_end|>``."""
+
+    name = "llama4_pythonic"
