@@ -351,6 +351,10 @@ class ToolFormat:
     no_open: str = ""
     #: The calls are read when their block closes: a call cut short stays content as written.
     held: bool = False
+    #: What goes between the thinking and the calls, and after them, in the calls-after-reasoning
+    #: case (None: the thinking format's own markup around an answer).
+    reasoning_between: str | None = None
+    reasoning_after: str | None = None
 
 
 TOOL_FORMATS: dict[str, ToolFormat] = {
@@ -701,8 +705,57 @@ def _plamo3(calls: list[Call]) -> str:
     return f"<|plamo:begin_tool_requests:plamo|>{body}<|plamo:end_tool_requests:plamo|>"
 
 
+#: The corpus tokenizer's ``response_template`` (a Qwen3-style checkpoint's, as Hugging Face's
+#: response-parsing metadata writes it), which the generic ``hf`` parsers read.
+HF_TEMPLATE: dict[str, Any] = {
+    "version": 1,
+    "start_anchor": "<|im_start|>assistant\n",
+    "fields": {
+        "thinking": {"open": "<think>", "close": "</think>"},
+        "content": {},
+        "tool_calls": {
+            "open": "<tool_call>",
+            "close": "</tool_call>",
+            "content": "json",
+            "repeats": True,
+            "transform": {
+                "type": "function",
+                "function": {"name": "{content.name}", "arguments": "{content.arguments}"},
+            },
+        },
+    },
+}
+
+
+def _muse(calls: list[Call]) -> str:
+    return "".join(
+        f"<|start|>assistant to={n}<|message|>"
+        + _invokes("", "atem:function_calls", [(n, a)])
+        .replace("<invoke", "<atem:invoke")
+        .replace("</invoke>", "</atem:invoke>")
+        .replace("<parameter", "<atem:parameter")
+        .replace("</parameter>", "</atem:parameter>")
+        + "<|eom|>"
+        for n, a in calls
+    )
+
+
 TOOL_FORMATS.update(
     {
+        "muse_glimmer": ToolFormat(
+            _muse,
+            "<atem:invoke> and to=user",
+            'Write <atem:invoke name="x"> in the answer, not a call',
+            reasoning="muse_glimmer",
+            lead="<|start|>assistant to=commentary<|message|>Let me check that for you 🔍.<|eom|>",
+            lead_out="Let me check that for you 🔍.",
+            no_open="<|start|>assistant",
+            reasoning_between="",
+            reasoning_after="",
+        ),
+        "hf": replace(
+            TOOL_FORMATS["hermes"], markup='<think> and {"a": 1}', reasoning="hf", held=True
+        ),
         "qwen3_json": replace(TOOL_FORMATS["hermes"]),
         "granite4": replace(TOOL_FORMATS["hermes"], reasoning="granite_thinking_parser"),
         "ernie45": replace(TOOL_FORMATS["hermes"], reasoning="ernie45"),
@@ -904,6 +957,14 @@ THINK_FORMATS: dict[str, ThinkFormat] = {
 
 THINK_FORMATS.update(
     {
+        "hf": THINK_FORMATS["qwen3"],
+        "muse_glimmer": ThinkFormat(
+            " to=self<|message|>",
+            "<|eom|>",
+            between="<|start|>assistant to=user<|message|>",
+            after="<|eot|>",
+            prompt_opens=False,
+        ),
         "glm47": THINK_FORMATS["glm45"],
         "ling3": THINK_FORMATS["glm45"],
         "nemotron_v3": THINK_FORMATS["qwen3"],
@@ -968,6 +1029,8 @@ THINK_FORMATS.update(
 #: Where each new family's output shape comes from (the model's chat template where it was at
 #: hand, else the format its parser documents in vLLM 0.33's or SGLang 0.5.23's source).
 SOURCES: dict[str, str] = {
+    "muse_glimmer": "Muse's ATEM messages as vLLM's muse parser documents them",
+    "hf": "a Qwen3-style response_template (Hugging Face's response-parsing metadata)",
     "qwen3_json": "Qwen2.5/Qwen3 chat template (hermes-style <tool_call> JSON)",
     "granite4": "Granite 4 chat template: <tool_call> JSON, as vLLM's granite4 parser reads",
     "ernie45": "ERNIE-4.5 parser docs in vLLM (<tool_call> JSON after </think>)",
@@ -1096,6 +1159,10 @@ MARKERS: list[str] = [
     "<|tool_call_start|>",
     "<|tool_call_end|>",
     "<assistant>",
+    "<|start|>",
+    "<|message|>",
+    "<|eom|>",
+    "<|eot|>",
 ]
 #: A Mistral tokenizer before v11 has no ``[ARGS]`` (its calls are a JSON list).
 MISTRAL_V3_MARKERS = [m for m in MARKERS if m not in ("[ARGS]", "[CALL_ID]")]
@@ -1161,8 +1228,9 @@ def _tool_cases(name: str, fmt: ToolFormat) -> list[Case]:
         add("after-reasoning", text, "", [WEATHER], reasoning="gpt_oss", reasoning_out=THOUGHT)
     else:
         open_tag = "" if think.implicit else think.start
-        text = f"{open_tag}{THOUGHT}{think.end}{think.between}{lead}{fmt.render([WEATHER])}"
-        text += think.after
+        between = think.between if fmt.reasoning_between is None else fmt.reasoning_between
+        text = f"{open_tag}{THOUGHT}{think.end}{between}{lead}{fmt.render([WEATHER])}"
+        text += think.after if fmt.reasoning_after is None else fmt.reasoning_after
         add(
             "after-reasoning",
             text,

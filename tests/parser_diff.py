@@ -26,11 +26,20 @@ from typing import Any
 import tokenizers
 from tokenizers import AddedToken
 
-from parser_corpus import MARKERS, MISTRAL_V3_MARKERS, THINK_FORMATS, TOOLS, Case, prompt_text
+from parser_corpus import (
+    HF_TEMPLATE,
+    MARKERS,
+    MISTRAL_V3_MARKERS,
+    THINK_FORMATS,
+    TOOLS,
+    Case,
+    prompt_text,
+)
 from tokenwire import DecodeStream, Tokenizer
 from tokenwire.parsers import (
     REASONING_PARSERS,
     TOOL_CALL_PARSERS,
+    ResponseTemplate,
     merge_tool_deltas,
     prompt_opens_reasoning,
 )
@@ -82,6 +91,8 @@ SGLANG_TOOL_NAMES = {
     "lfm2": "lfm2",
     "mimo": "mimo",
     "minicpm5": "minicpm5",
+    "hf": "response_template",
+    "muse_glimmer": "muse",
 }
 SGLANG_REASONING_NAMES = {
     "qwen3": "qwen3",
@@ -114,6 +125,8 @@ SGLANG_REASONING_NAMES = {
     "cohere_command3": "cohere_command4",
     "cohere_command4": "cohere_command4",
     "apertus": "apertus2509",
+    "hf": "response_template",
+    "muse_glimmer": "muse",
 }
 #: Random splits per case (each side gets the same token groupings; tokenwire also byte splits).
 RANDOM_SPLITS = 2
@@ -151,6 +164,7 @@ def _base_qwen3() -> tuple[str, dict[str, Any], dict[str, Any]]:
     base = resources.files("tokenwire") / "_data" / "qwen3"
     raw = lzma.decompress((base / "tokenizer.json.xz").read_bytes()).decode("utf-8")
     config = json.loads((base / "tokenizer_config.json").read_text(encoding="utf-8"))
+    config["response_template"] = HF_TEMPLATE  # for the hf parsers
     model = json.loads((base / "config.json").read_text(encoding="utf-8"))
     return raw, config, model
 
@@ -239,10 +253,22 @@ def byte_splits(case_id: str, text: str) -> list[list[str]]:
 # ---- tokenwire -------------------------------------------------------------------------------
 
 
+def _bound(cls: Any) -> Any:
+    """A parser class, bound to the corpus tokenizer's response_template if it reads one."""
+    if getattr(cls, "needs_template", False):
+        return cls.for_template(_hf_template())
+    return cls
+
+
+@cache
+def _hf_template() -> ResponseTemplate:
+    return ResponseTemplate.load(HF_TEMPLATE)
+
+
 def tokenwire_spec(case: Case) -> OutputSpec:
-    reasoning = REASONING_PARSERS[case.reasoning] if case.reasoning else None
+    reasoning = _bound(REASONING_PARSERS[case.reasoning]) if case.reasoning else None
     opens = reasoning is not None and prompt_opens_reasoning(prompt_text(case), reasoning)
-    tools = TOOL_CALL_PARSERS[case.tool] if case.tool else None
+    tools = _bound(TOOL_CALL_PARSERS[case.tool]) if case.tool else None
     return OutputSpec(reasoning, opens, tools, lambda i: f"call{i}", tool_schemas=TOOLS)
 
 
@@ -284,19 +310,20 @@ def vllm_job(cases: list[Case], real_tokenizer, folders: dict[str, str]) -> dict
     return {"tokenizers": folders, "markers": markers, "cases": items}
 
 
-def sglang_job(cases: list[Case], real_tokenizer) -> dict[str, Any]:
+def sglang_job(cases: list[Case], real_tokenizer, folders: dict[str, str]) -> dict[str, Any]:
     """The SGLang runner's input: the vLLM job's cases with SGLang's names for their parsers
     and whether the prompt opened the thinking (SGLang's template manager's
     ``force_reasoning``: a template that opens it, or a prompt that did)."""
-    job = vllm_job(cases, real_tokenizer, {})
+    job = vllm_job(cases, real_tokenizer, folders)
     for item, case in zip(job["cases"], cases):
         item["sglang_tool"] = SGLANG_TOOL_NAMES.get(case.tool or "")
         item["sglang_reasoning"] = SGLANG_REASONING_NAMES.get(case.reasoning or "")
         fmt = THINK_FORMATS.get(case.reasoning or "")
         opens = case.reasoning is not None and prompt_opens_reasoning(
-            prompt_text(case), REASONING_PARSERS[case.reasoning]
+            prompt_text(case), _bound(REASONING_PARSERS[case.reasoning])
         )
         item["forced"] = bool(opens or (fmt is not None and fmt.implicit))
+        item["prompt"] = prompt_text(case)
         del item["ids"], item["prompt_ids"]
     return job
 

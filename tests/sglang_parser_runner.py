@@ -2,8 +2,9 @@
 environment's python (``scripts/sglang_parsers_env.py``; tokenwire never imports sglang).
 
 Reads the job ``vllm_parser_runner.py`` reads (one JSON document on stdin), each case also
-carrying ``sglang_tool`` / ``sglang_reasoning`` (SGLang's names for the case's parsers) and
-``forced`` (the prompt opened the thinking, as SGLang's template manager tells it), and writes
+carrying ``sglang_tool`` / ``sglang_reasoning`` (SGLang's names for the case's parsers),
+``forced`` (the prompt opened the thinking, as SGLang's template manager tells it) and
+``prompt`` (the prompt's text, the prefix SGLang's response-template parsers read), and writes
 the same shape of results: per case the whole parse and one streamed parse per chunking.
 
 The calls are SGLang's serving code's (``entrypoints/openai/serving_chat.py``): the whole output
@@ -44,8 +45,10 @@ def main() -> None:
     from sglang.srt.entrypoints.openai.protocol import ChatCompletionRequest, Tool
     from sglang.srt.function_call.function_call_parser import FunctionCallParser
     from sglang.srt.parser.reasoning_parser import ReasoningParser
+    from transformers import AutoTokenizer
 
     job = json.load(sys.stdin)
+    tokenizers = {n: AutoTokenizer.from_pretrained(p) for n, p in job["tokenizers"].items()}
     tools_known = set(FunctionCallParser.ToolCallParserEnum)
     reasoning_known = set(ReasoningParser.DetectorMap)
     out: dict = {"names": {"tool": sorted(tools_known), "reasoning": sorted(reasoning_known)}}
@@ -67,7 +70,14 @@ def main() -> None:
         if case["tools"]:
             body["tools"] = case["tools"]
             body["tool_choice"] = "auto"
-        spec = (tool, reasoning, case["forced"], body)
+        spec = (
+            tool,
+            reasoning,
+            case["forced"],
+            body,
+            tokenizers[case["tokenizer"]],
+            case["prompt"],
+        )
         result = {}
         try:
             result["whole"] = _whole(spec, case["text"], ChatCompletionRequest, Tool)
@@ -89,7 +99,7 @@ def _parsers(spec, request_cls, tool_cls, *, stream: bool):
     from sglang.srt.function_call.function_call_parser import FunctionCallParser
     from sglang.srt.parser.reasoning_parser import ReasoningParser
 
-    tool, reasoning, forced, body = spec
+    tool, reasoning, forced, body, tokenizer, prompt = spec
     request = request_cls(**body)
     rp = None
     if reasoning:
@@ -98,12 +108,14 @@ def _parsers(spec, request_cls, tool_cls, *, stream: bool):
             stream_reasoning=stream,
             force_reasoning=forced,
             request=request,
+            tokenizer=tokenizer,
             tool_call_parser_active=tool is not None,
+            prefix=prompt,
         )
     fp = None
     if tool:
         tools = [tool_cls(**t) for t in body["tools"]]
-        fp = FunctionCallParser(tools, tool)
+        fp = FunctionCallParser(tools, tool, tokenizer=tokenizer, prefix=prompt)
     return rp, fp
 
 

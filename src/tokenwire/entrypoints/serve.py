@@ -39,6 +39,7 @@ def _serve(args: argparse.Namespace) -> int:
     tok, name = server.load_tokenizer(args)
     try:
         defaults = output.generation_defaults(args, tok)
+        features = output.with_response_template(features, tok)
     except ValueError as exc:
         raise SystemExit(f"tokenwire: {exc}") from None
     features = dataclasses.replace(features, generation_defaults=defaults)

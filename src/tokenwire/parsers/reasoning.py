@@ -518,6 +518,26 @@ class Qwen3ThinkingReasoningParser(ReasoningParser):
     implicit_start = True
 
 
+class PassthroughReasoningParser(ReasoningStream):
+    """``passthrough``: no thinking is split off; the output is the answer (smg's name)."""
+
+    name = "passthrough"
+
+    def __init__(self, *, prompt_in_reasoning: bool = False) -> None:
+        self.reasoning_end = None
+
+    @property
+    def decided(self) -> bool:
+        return True
+
+    @property
+    def in_reasoning(self) -> bool:
+        return False
+
+    def _run(self, text: str, *, final: bool) -> ReasoningDelta:
+        return ReasoningDelta(content=text)
+
+
 class MinimaxM2AppendThinkReasoningParser(ReasoningStream):
     """``minimax_m2_append_think``: no split; the whole output is the answer with the
     ``<think>`` its template wrote put back in front (for clients that keep MiniMax-M2's
@@ -580,6 +600,7 @@ REASONING_PARSERS: dict[str, Any] = {
         Gemma4ReasoningParser,
         MinimaxM3ReasoningParser,
         MinimaxM2AppendThinkReasoningParser,
+        PassthroughReasoningParser,
         CohereCommand3ReasoningParser,
         CohereCommand4ReasoningParser,
         InklingReasoningParser,

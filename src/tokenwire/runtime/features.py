@@ -11,6 +11,7 @@ from typing import Any
 from tokenwire.chat import CONTENT_FORMATS
 from tokenwire.generation_config import GenerationDefaults
 from tokenwire.parsers import REASONING_PARSERS, TOOL_CALL_PARSERS
+from tokenwire.parsers.names import resolve_reasoning_parser, resolve_tool_parser
 
 __all__ = ["DEFAULT_FEATURES", "REASONING_FIELDS", "Features"]
 
@@ -22,11 +23,12 @@ REASONING_FIELDS = ("reasoning", "reasoning_content", "both")
 class Features:
     """Server options about model output (``tokenwire serve`` flags, vLLM's names)."""
 
-    #: ``--reasoning-parser``: a name in ``REASONING_PARSERS``.
+    #: ``--reasoning-parser``: a name in ``REASONING_PARSERS`` (a peer's alias of one is taken
+    #: as that name).
     reasoning_parser: str | None = None
     #: ``--reasoning-field``: where the thinking text goes in messages and deltas.
     reasoning_field: str = "reasoning"
-    #: ``--tool-call-parser``: a name in ``TOOL_CALL_PARSERS``.
+    #: ``--tool-call-parser``: a name in ``TOOL_CALL_PARSERS`` (or a peer's alias of one).
     tool_call_parser: str | None = None
     #: ``--enable-auto-tool-choice``: parse the model's own tool calls (``tool_choice: auto``).
     enable_auto_tool_choice: bool = False
@@ -50,18 +52,30 @@ class Features:
     prompt_tokens_details: bool = False
     #: ``--default-chat-template-kwargs``: chat template arguments a request's own override.
     default_chat_template_kwargs: Mapping[str, Any] = field(default_factory=dict)
+    #: The checkpoint's ``response_template`` (a ``ResponseTemplate``), which the ``hf``
+    #: parsers read.
+    response_template: Any = None
+    #: ``--tool-strict-level``: how a strict function tool constrains a ``tool_choice: auto``
+    #: call (``STRICT_LEVELS``).
+    tool_strict_level: str = "off"
 
     def __post_init__(self) -> None:
-        if self.reasoning_parser is not None and self.reasoning_parser not in REASONING_PARSERS:
-            raise ValueError(
-                f"reasoning parser must be one of {', '.join(REASONING_PARSERS)}, "
-                f"got {self.reasoning_parser!r}"
-            )
-        if self.tool_call_parser is not None and self.tool_call_parser not in TOOL_CALL_PARSERS:
-            raise ValueError(
-                f"tool-call parser must be one of {', '.join(TOOL_CALL_PARSERS)}, "
-                f"got {self.tool_call_parser!r}"
-            )
+        if self.reasoning_parser is not None:
+            name = resolve_reasoning_parser(self.reasoning_parser)
+            if name is None:
+                raise ValueError(
+                    f"reasoning parser must be one of {', '.join(REASONING_PARSERS)} (or a "
+                    f"peer's name for one), got {self.reasoning_parser!r}"
+                )
+            object.__setattr__(self, "reasoning_parser", name)
+        if self.tool_call_parser is not None:
+            name = resolve_tool_parser(self.tool_call_parser)
+            if name is None:
+                raise ValueError(
+                    f"tool-call parser must be one of {', '.join(TOOL_CALL_PARSERS)} (or a "
+                    f"peer's name for one), got {self.tool_call_parser!r}"
+                )
+            object.__setattr__(self, "tool_call_parser", name)
         if self.reasoning_field not in REASONING_FIELDS:
             raise ValueError(f"reasoning field must be one of {', '.join(REASONING_FIELDS)}")
         if self.max_logprobs < 0:

@@ -4,17 +4,25 @@ and tool-call parsers; read into the runtime's ``Features``."""
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 from typing import Any
 
 from tokenwire.chat import CONTENT_FORMATS, load_chat_template
 from tokenwire.generation_config import GenerationDefaults, load_generation_defaults
-from tokenwire.parsers import REASONING_PARSERS, TOOL_CALL_PARSERS
+from tokenwire.parsers import (
+    REASONING_PARSERS,
+    TOOL_CALL_PARSERS,
+    ResponseTemplate,
+    ResponseTemplateReasoningParser,
+    ResponseTemplateToolParser,
+)
+from tokenwire.parsers.names import REASONING_PARSER_ALIASES, TOOL_PARSER_ALIASES
 from tokenwire.parsers.plugins import load_parser_plugin
 from tokenwire.runtime.features import REASONING_FIELDS, Features
 from tokenwire.tokenizer import Tokenizer
 
-__all__ = ["add_arguments", "features", "generation_defaults"]
+__all__ = ["add_arguments", "features", "generation_defaults", "with_response_template"]
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -84,7 +92,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default=None,
         metavar="NAME",
         help="split the model's thinking from its answer into message.reasoning: "
-        f"{', '.join(sorted(REASONING_PARSERS))}, or one a --reasoning-parser-plugin registers",
+        f"{', '.join(sorted(REASONING_PARSERS))}; SGLang's, smg's and vLLM 0.33's names for "
+        f"them: {_aliases(REASONING_PARSER_ALIASES)}; or one a --reasoning-parser-plugin "
+        "registers",
     )
     group.add_argument(
         "--reasoning-field",
@@ -98,7 +108,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default=None,
         metavar="NAME",
         help="the model's tool-call markup, parsed into message.tool_calls: "
-        f"{', '.join(sorted(TOOL_CALL_PARSERS))}, or one a --tool-parser-plugin registers",
+        f"{', '.join(sorted(TOOL_CALL_PARSERS))}; SGLang's and smg's names for them: "
+        f"{_aliases(TOOL_PARSER_ALIASES)}; or one a --tool-parser-plugin registers",
     )
     group.add_argument(
         "--tool-parser-plugin",
@@ -122,6 +133,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="parse tool calls the model chooses to make (tool_choice auto, the default when "
         "a request has tools); needs --tool-call-parser",
     )
+
+
+def _aliases(table: Any) -> str:
+    """``alias (name)`` for each peer's name, for --help (% escaped for argparse)."""
+    return ", ".join(f"{alias} ({name})" for alias, (name, _) in sorted(table.items()))
 
 
 def _json_object(flag: str) -> Any:
@@ -168,3 +184,22 @@ def features(args: argparse.Namespace) -> Features:
         default_chat_template_kwargs=args.default_chat_template_kwargs or {},
         prompt_tokens_details=args.enable_prompt_tokens_details,
     )
+
+
+def with_response_template(features: Features, tok: Tokenizer) -> Features:
+    """``features`` with the checkpoint's ``response_template`` when an ``hf`` parser reads
+    it; ``ValueError`` when the tokenizer has none or tokenwire cannot serve it."""
+    if "hf" not in (features.tool_call_parser, features.reasoning_parser):
+        return features
+    spec = tok.config.get("response_template")
+    if spec is None:
+        raise ValueError(
+            "the hf parsers read the checkpoint's response_template, and this tokenizer's "
+            "tokenizer_config.json has none"
+        )
+    template = ResponseTemplate.load(spec)
+    if features.tool_call_parser == "hf":
+        ResponseTemplateToolParser.for_template(template)
+    if features.reasoning_parser == "hf":
+        ResponseTemplateReasoningParser.for_template(template)
+    return dataclasses.replace(features, response_template=template)

@@ -131,6 +131,10 @@ def output_spec(
         template_kwargs.get("enable_thinking") is False or template_kwargs.get("thinking") is False
     ):
         reasoning_cls = REASONING_PARSERS[features.reasoning_parser]
+    if getattr(tool_cls, "needs_template", False):
+        tool_cls = tool_cls.for_template(features.response_template)
+    if getattr(reasoning_cls, "needs_template", False):
+        reasoning_cls = reasoning_cls.for_template(features.response_template)
     if tool_cls is None and reasoning_cls is None:
         return None
     opens = reasoning_cls is not None and prompt_opens_reasoning(prompt_text, reasoning_cls)
