@@ -200,11 +200,10 @@ class MuseToolParser(ToolCallParser):
             if ev.kind == "open":
                 self._recipient = ev.recipient
                 self._calls_parser = None
-                if not (_is_thinking(ev.recipient) or ev.recipient in _CONTENT_RECIPIENTS):
-                    if ev.recipient != "developer":
-                        self._calls_parser = _AtemCalls(tools=self._tools_list())
-                        self._calls_parser._calls = self._calls  # call indexes go on
-                        self._calls_parser._make_id = self._make_id
+                if _mode(ev.recipient) == "call":
+                    self._calls_parser = _AtemCalls(tools=self._tools_list())
+                    self._calls_parser._calls = self._calls  # call indexes go on
+                    self._calls_parser._make_id = self._make_id
             elif ev.kind == "body":
                 if self._calls_parser is not None:
                     self._take(out, self._calls_parser.feed(ev.text))

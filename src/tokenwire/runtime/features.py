@@ -13,7 +13,13 @@ from tokenwire.generation_config import GenerationDefaults
 from tokenwire.parsers import REASONING_PARSERS, TOOL_CALL_PARSERS
 from tokenwire.parsers.names import resolve_reasoning_parser, resolve_tool_parser
 
-__all__ = ["DEFAULT_FEATURES", "REASONING_FIELDS", "Features"]
+__all__ = ["DEFAULT_FEATURES", "REASONING_FIELDS", "STRICT_LEVELS", "Features"]
+
+#: ``--tool-strict-level`` choices (vLLM's names; SGLang's ``SGLANG_TOOL_STRICT_LEVEL`` 0, 1, 2):
+#: ``auto`` constrains a ``tool_choice: auto`` call's arguments for the tools marked ``strict``,
+#: ``function`` constrains every call to the request's functions, ``parameter`` also pins every
+#: tool's arguments to its schema.
+STRICT_LEVELS = ("auto", "function", "parameter")
 
 #: ``--reasoning-field`` choices: vLLM's current field, SGLang's/DeepSeek's, or both.
 REASONING_FIELDS = ("reasoning", "reasoning_content", "both")
@@ -57,7 +63,7 @@ class Features:
     response_template: Any = None
     #: ``--tool-strict-level``: how a strict function tool constrains a ``tool_choice: auto``
     #: call (``STRICT_LEVELS``).
-    tool_strict_level: str = "off"
+    tool_strict_level: str = "auto"
 
     def __post_init__(self) -> None:
         if self.reasoning_parser is not None:
@@ -76,6 +82,8 @@ class Features:
                     f"peer's name for one), got {self.tool_call_parser!r}"
                 )
             object.__setattr__(self, "tool_call_parser", name)
+        if self.tool_strict_level not in STRICT_LEVELS:
+            raise ValueError(f"tool strict level must be one of {', '.join(STRICT_LEVELS)}")
         if self.reasoning_field not in REASONING_FIELDS:
             raise ValueError(f"reasoning field must be one of {', '.join(REASONING_FIELDS)}")
         if self.max_logprobs < 0:

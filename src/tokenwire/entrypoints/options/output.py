@@ -6,6 +6,8 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import os
+from collections.abc import Mapping
 from typing import Any
 
 from tokenwire.chat import CONTENT_FORMATS, load_chat_template
@@ -19,7 +21,7 @@ from tokenwire.parsers import (
 )
 from tokenwire.parsers.names import REASONING_PARSER_ALIASES, TOOL_PARSER_ALIASES
 from tokenwire.parsers.plugins import load_parser_plugin
-from tokenwire.runtime.features import REASONING_FIELDS, Features
+from tokenwire.runtime.features import REASONING_FIELDS, STRICT_LEVELS, Features
 from tokenwire.tokenizer import Tokenizer
 
 __all__ = ["add_arguments", "features", "generation_defaults", "with_response_template"]
@@ -128,6 +130,17 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "register_reasoning_parser), then named by --reasoning-parser (repeatable)",
     )
     group.add_argument(
+        "--tool-strict-level",
+        choices=STRICT_LEVELS,
+        default=None,
+        help="how a tool_choice auto call is constrained (the engine's grammar, once the model "
+        "starts a call): auto, the arguments of tools marked strict to their schema; function, "
+        "every call to one of the request's functions; parameter, also every tool's arguments "
+        "to its schema; for the tool-call formats whose arguments are one JSON value after a "
+        "fixed head (hermes, internlm, llama3_json, mistral, deepseek_v31, kimi_k2, ...) "
+        "(default: SGLang's SGLANG_TOOL_STRICT_LEVEL 0, 1 or 2 when set, else auto)",
+    )
+    group.add_argument(
         "--enable-auto-tool-choice",
         action="store_true",
         help="parse tool calls the model chooses to make (tool_choice auto, the default when "
@@ -183,7 +196,22 @@ def features(args: argparse.Namespace) -> Features:
         trust_request_chat_template=args.trust_request_chat_template,
         default_chat_template_kwargs=args.default_chat_template_kwargs or {},
         prompt_tokens_details=args.enable_prompt_tokens_details,
+        tool_strict_level=tool_strict_level(args.tool_strict_level),
     )
+
+
+def tool_strict_level(flag: str | None, env: Mapping[str, str] | None = None) -> str:
+    """``--tool-strict-level``, else SGLang's ``SGLANG_TOOL_STRICT_LEVEL`` (0 off: strict tools
+    only, 1 function, 2 parameter), else ``auto``."""
+    if flag is not None:
+        return flag
+    raw = (os.environ if env is None else env).get("SGLANG_TOOL_STRICT_LEVEL")
+    if raw is None or not raw.strip():
+        return "auto"
+    try:
+        return STRICT_LEVELS[int(raw)]
+    except (ValueError, IndexError):
+        raise ValueError(f"SGLANG_TOOL_STRICT_LEVEL must be 0, 1 or 2, got {raw!r}") from None
 
 
 def with_response_template(features: Features, tok: Tokenizer) -> Features:

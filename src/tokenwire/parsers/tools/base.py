@@ -208,6 +208,13 @@ class ToolCallParser:
         """Consume ``self._buf`` as far as is certain, adding to ``out``."""
         raise NotImplementedError
 
+    @classmethod
+    def strict_call(cls, name: str) -> tuple[str, str, str] | None:
+        """How one call of ``name`` is written around its arguments' JSON, as a structural tag
+        constrains it (``--tool-strict-level``): ``(trigger, begin, end)``, or None when the
+        format's arguments are not one JSON value after a fixed head."""
+        return None
+
 
 # ---- JSON, streamed ------------------------------------------------------------------------------
 

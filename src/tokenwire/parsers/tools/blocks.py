@@ -1,7 +1,7 @@
 """Calls written as a block between two tags and read whole when the block closes: OLMo 3's
 Python calls and FunctionGemma's own notation. ``BlockToolParser`` finds the block (its closing
 tag counts only outside the format's string literals, so a tag inside an argument does not end
-it) and hands its text to the format's ``calls``. A block that is no calls, or that the output
+it) and hands its text to the format's ``read_calls``. A block that is no calls, or that the output
 never closes (cut short by the token limit), stays in the content as written; space right after
 a block of calls is dropped."""
 
@@ -30,7 +30,7 @@ _CONTENT, _BLOCK, _AFTER = range(3)
 
 class BlockToolParser(ToolCallParser):
     """Calls in ``open_tag`` ... ``close_tag`` blocks (subclasses give the tags, how strings are
-    quoted, and ``calls``)."""
+    quoted, and ``read_calls``)."""
 
     open_tag: ClassVar[str]
     close_tag: ClassVar[str]
@@ -46,7 +46,7 @@ class BlockToolParser(ToolCallParser):
         self._quote = ""  # the string literal the scan is in
         self._esc = False  # the scan is just past a backslash in a string
 
-    def calls(self, body: str) -> list[tuple[str, str]] | None:
+    def read_calls(self, body: str) -> list[tuple[str, str]] | None:
         """``(name, JSON arguments)`` of each call in a block's text, or None if it is none."""
         raise NotImplementedError
 
@@ -108,7 +108,7 @@ class BlockToolParser(ToolCallParser):
                     return
                 body = "".join(self._parts) + buf[:end]
                 self._parts = []
-                calls = self.calls(body)
+                calls = self.read_calls(body)
                 rest = buf[end + len(self.close_tag) :]
                 if calls is None:
                     out.content += self.open_tag + body + self.close_tag
@@ -200,7 +200,7 @@ class Olmo3ToolParser(BlockToolParser):
     string_marks = ('"', "'")
     backslash_escapes = True
 
-    def calls(self, body: str) -> list[tuple[str, str]] | None:
+    def read_calls(self, body: str) -> list[tuple[str, str]] | None:
         return python_calls(body)
 
 
@@ -306,7 +306,7 @@ class FunctionGemmaToolParser(BlockToolParser):
     open_tag = "<start_function_call>"
     close_tag = "<end_function_call>"
 
-    def calls(self, body: str) -> list[tuple[str, str]] | None:
+    def read_calls(self, body: str) -> list[tuple[str, str]] | None:
         body = body.strip()
         if not body.startswith("call:"):
             return None
@@ -354,7 +354,7 @@ class Lfm2ToolParser(BlockToolParser):
     string_marks = ('"', "'")
     backslash_escapes = True
 
-    def calls(self, body: str) -> list[tuple[str, str]] | None:
+    def read_calls(self, body: str) -> list[tuple[str, str]] | None:
         return python_calls(body)
 
 
@@ -375,7 +375,7 @@ class MinimaxM3ToolParser(BlockToolParser):
     open_tag = f"{_M3}<tool_call>"
     close_tag = f"{_M3}</tool_call>"
 
-    def calls(self, body: str) -> list[tuple[str, str]] | None:
+    def read_calls(self, body: str) -> list[tuple[str, str]] | None:
         out = []
         pos = 0
         while True:

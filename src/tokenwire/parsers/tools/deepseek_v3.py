@@ -147,6 +147,10 @@ class DeepSeekV31ToolParser(DeepSeekV3ToolParser):
 
     name = "deepseek_v31"
 
+    @classmethod
+    def strict_call(cls, name: str) -> tuple[str, str, str] | None:
+        return CALL_BEGIN, f"{CALL_BEGIN}{name}{SEP}", CALL_END
+
 
 class KimiK2ToolParser(DeepSeekV3ToolParser):
     """``kimi_k2``: Kimi K2 calls, ``<|tool_call_begin|>functions.NAME:INDEX
@@ -164,6 +168,11 @@ class KimiK2ToolParser(DeepSeekV3ToolParser):
     def _head(self, head: str) -> tuple[str, str | None]:
         name = head.rsplit(":", 1)[0] if ":" in head else head
         return name.removeprefix("functions."), head
+
+    @classmethod
+    def strict_call(cls, name: str) -> tuple[str, str, str] | None:
+        begin = f"{cls.calls_begin}{cls.call_begin}functions.{name}:0{cls.sep}"
+        return cls.calls_begin, begin, f"{cls.call_end}{cls.calls_end}"
 
 
 class Plamo3ToolParser(DeepSeekV3ToolParser):

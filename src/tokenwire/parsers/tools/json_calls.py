@@ -17,6 +17,7 @@ stays in the content as written; space right after calls is dropped.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
@@ -70,6 +71,9 @@ class JsonMarkup:
     shape: JsonShape = NAMED
     #: Markup around the content, dropped from it (Cohere's ``<|START_RESPONSE|>``).
     drop: tuple[str, ...] = ()
+    #: ``(trigger, before, after)``: one call as its template writes it, ``before`` +
+    #: ``{"name": NAME, "arguments": ARGS}`` + ``after`` (``strict_call``; None: not so).
+    strict: tuple[str, str, str] | None = None
     marks: tuple[str, ...] = field(init=False, default=())
 
     def __post_init__(self) -> None:
@@ -84,6 +88,15 @@ class JsonToolParser(ToolCallParser):
     """JSON calls as ``markup`` describes them (subclasses set it)."""
 
     markup: ClassVar[JsonMarkup]
+
+    @classmethod
+    def strict_call(cls, name: str) -> tuple[str, str, str] | None:
+        m = cls.markup
+        if m.strict is None or m.shape.keyed or m.shape.lead:
+            return None
+        trigger, before, after = m.strict
+        head = f"{{{json.dumps(m.shape.names[0])}: {json.dumps(name, ensure_ascii=False)}, "
+        return trigger, f"{before}{head}{json.dumps(m.shape.arguments[0])}: ", "}" + after
 
     def __init__(self, **kw: Any) -> None:
         super().__init__(**kw)
@@ -243,7 +256,11 @@ class HermesToolParser(JsonToolParser):
     "arguments": {...}}</tool_call>``, any number of them, with content before and between."""
 
     name = "hermes"
-    markup = JsonMarkup({"<tool_call>": "</tool_call>"}, body="object")
+    markup = JsonMarkup(
+        {"<tool_call>": "</tool_call>"},
+        body="object",
+        strict=("<tool_call>", "<tool_call>\n", "\n</tool_call>"),
+    )
 
 
 class LongcatToolParser(JsonToolParser):
@@ -251,7 +268,11 @@ class LongcatToolParser(JsonToolParser):
 
     name = "longcat"
     needs_special_tokens = True
-    markup = JsonMarkup({"<longcat_tool_call>": "</longcat_tool_call>"}, body="object")
+    markup = JsonMarkup(
+        {"<longcat_tool_call>": "</longcat_tool_call>"},
+        body="object",
+        strict=("<longcat_tool_call>", "<longcat_tool_call>\n", "\n</longcat_tool_call>"),
+    )
 
 
 class InternLMToolParser(JsonToolParser):
@@ -266,6 +287,8 @@ class InternLMToolParser(JsonToolParser):
             "<|action_start|> <|plugin|>": "<|action_end|>",
         },
         body="object",
+        shape=JsonShape(arguments=("parameters", "arguments")),
+        strict=("<|action_start|>", "<|action_start|><|plugin|>\n", "<|action_end|>"),
     )
 
 
@@ -329,6 +352,7 @@ class GigaChat3ToolParser(JsonToolParser):
         {"function call<|role_sep|>": None, "<|function_call|>": None},
         body="object",
         content_end="<|message_sep|>",
+        strict=("function call<|role_sep|>", "function call<|role_sep|>\n", ""),
     )
 
 

@@ -5,6 +5,7 @@ the calls."""
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from tokenwire.parsers.tools.base import JsonCallStreamer, ToolCallParser, ToolDelta
@@ -19,6 +20,11 @@ class Llama3JsonToolParser(ToolCallParser):
     """Llama 3 JSON calls."""
 
     name = "llama3_json"
+
+    @classmethod
+    def strict_call(cls, name: str) -> tuple[str, str, str] | None:
+        head = f'{_PYTHON_TAG}{{"name": {json.dumps(name, ensure_ascii=False)}, "parameters": '
+        return _PYTHON_TAG, head, "}"
 
     def __init__(self, **kw: Any) -> None:
         super().__init__(**kw)
