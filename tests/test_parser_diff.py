@@ -281,7 +281,7 @@ DIFFERENCES: dict[str, tuple[tuple[str, ...], str]] = {
     "tool/hy_v3/truncated": ((T, G), "cut-call-arguments"),
     "tool/hy_v3/near-miss": ((W, T, G), "lost-text"),
     "tool/hy_v3/after-reasoning": ((G,), "grouped-deltas"),
-    "tool/hy_v4/markup-in-string": ((W, T, G), "untyped-values"),
+    "tool/hy_v4/markup-in-string": ((W, T, G), "marker-in-string"),
     "tool/hy_v4/truncated": ((W, T, G), "cut-call-whole"),
     "tool/hy_v4/after-reasoning": ((G,), "grouped-deltas"),
     "tool/k2_horizon/truncated": ((W, T, G), "cut-call-whole"),
