@@ -53,8 +53,10 @@ def render(
     n_s = sum(not missing(c, "SGLang") for c in CASES)
     out.append(
         f"Of {total} outputs, vLLM 0.32 has parsers for {n_v} and differs on {len(vllm)}; "
-        f"SGLang 0.5.23 has parsers for {n_s} and differs on {len(sglang)}. Each difference is "
-        "tokenwire's answer being the one the model meant (reasons below)."
+        f"SGLang 0.5.23 has parsers for {n_s} and differs on {len(sglang)} (in at least one of "
+        "the whole, token and chunked runs). Each difference is a peer's bug tokenwire does not "
+        "have, or a place where tokenwire answers the same whole and streamed and the peer does "
+        "not (reasons below)."
     )
     for kind, title in (("tool", "Tool-call parsers"), ("reasoning", "Reasoning parsers")):
         out += ["", f"#### {title}", ""]

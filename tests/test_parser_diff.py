@@ -2,7 +2,7 @@
 what their model meant, whatever the split, and what the peers' parsers of the same format give
 (vLLM 0.32's, and SGLang 0.5.23's own function-call and reasoning parsers), except where the
 case is named below with the reason tokenwire's answer is the right one (docs/parsers.md,
-"Where tokenwire and its peers differ").
+"Why they differ").
 
 Each output is parsed whole, then streamed: one token a piece, at random byte offsets, and in
 chunks of several tokens (those byte offsets moved to the next token boundary). Each peer gets
@@ -304,7 +304,7 @@ DIFFERENCES: dict[str, tuple[tuple[str, ...], str]] = {
     "tool/minimax_m3/markup-in-string": ((W, T, G), "markup-in-value"),
     "tool/minimax_m3/truncated": ((W, T, G), "cut-block"),
     "reasoning/hf/prompt-opened": ((W,), "prompt-prefix"),
-    "reasoning/muse_glimmer/no-thinking": ((T, G), "thinking-assumed"),
+    "reasoning/muse_glimmer/no-thinking": ((T, G), "muse-commentary"),
     "reasoning/hy_v3/think-answer": ((G,), "grouped-deltas"),
     "reasoning/hy_v3/markup-in-text": ((G,), "grouped-deltas"),
     "reasoning/hy_v4/think-answer": ((G,), "grouped-deltas"),
