@@ -129,6 +129,7 @@ def test_strict_level_from_sglangs_variable() -> None:
     assert output.tool_strict_level(None, {"SGLANG_TOOL_STRICT_LEVEL": "1"}) == "function"
     assert output.tool_strict_level(None, {"SGLANG_TOOL_STRICT_LEVEL": "2"}) == "parameter"
     assert output.tool_strict_level("auto", {"SGLANG_TOOL_STRICT_LEVEL": "2"}) == "auto"
+    assert output.tool_strict_level(None, {"VLLM_ENFORCE_STRICT_TOOL_CALLING": "0"}) == "off"
     with pytest.raises(ValueError, match="SGLANG_TOOL_STRICT_LEVEL"):
         output.tool_strict_level(None, {"SGLANG_TOOL_STRICT_LEVEL": "7"})
 

@@ -18,8 +18,9 @@ __all__ = ["DEFAULT_FEATURES", "REASONING_FIELDS", "STRICT_LEVELS", "Features"]
 #: ``--tool-strict-level`` choices (vLLM's names; SGLang's ``SGLANG_TOOL_STRICT_LEVEL`` 0, 1, 2):
 #: ``auto`` constrains a ``tool_choice: auto`` call's arguments for the tools marked ``strict``,
 #: ``function`` constrains every call to the request's functions, ``parameter`` also pins every
-#: tool's arguments to its schema.
-STRICT_LEVELS = ("auto", "function", "parameter")
+#: tool's arguments to its schema; ``off`` (vLLM's ``VLLM_ENFORCE_STRICT_TOOL_CALLING=0``)
+#: constrains none.
+STRICT_LEVELS = ("auto", "function", "parameter", "off")
 
 #: ``--reasoning-field`` choices: vLLM's current field, SGLang's/DeepSeek's, or both.
 REASONING_FIELDS = ("reasoning", "reasoning_content", "both")

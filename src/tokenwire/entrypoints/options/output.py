@@ -131,14 +131,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     group.add_argument(
         "--tool-strict-level",
-        choices=STRICT_LEVELS,
+        choices=STRICT_LEVELS[:3],
         default=None,
         help="how a tool_choice auto call is constrained (the engine's grammar, once the model "
         "starts a call): auto, the arguments of tools marked strict to their schema; function, "
         "every call to one of the request's functions; parameter, also every tool's arguments "
         "to its schema; for the tool-call formats whose arguments are one JSON value after a "
         "fixed head (hermes, internlm, llama3_json, mistral, deepseek_v31, kimi_k2, ...) "
-        "(default: SGLang's SGLANG_TOOL_STRICT_LEVEL 0, 1 or 2 when set, else auto)",
+        "(default: SGLang's SGLANG_TOOL_STRICT_LEVEL 0, 1 or 2 when set, else auto; "
+        "VLLM_ENFORCE_STRICT_TOOL_CALLING=0 turns it off)",
     )
     group.add_argument(
         "--enable-auto-tool-choice",
@@ -201,11 +202,16 @@ def features(args: argparse.Namespace) -> Features:
 
 
 def tool_strict_level(flag: str | None, env: Mapping[str, str] | None = None) -> str:
-    """``--tool-strict-level``, else SGLang's ``SGLANG_TOOL_STRICT_LEVEL`` (0 off: strict tools
-    only, 1 function, 2 parameter), else ``auto``."""
+    """``--tool-strict-level``, else SGLang's ``SGLANG_TOOL_STRICT_LEVEL`` (0: strict tools
+    only, 1 function, 2 parameter), else ``auto``; ``off`` when vLLM's
+    ``VLLM_ENFORCE_STRICT_TOOL_CALLING`` is set to neither true nor 1 and no level is given."""
     if flag is not None:
         return flag
-    raw = (os.environ if env is None else env).get("SGLANG_TOOL_STRICT_LEVEL")
+    env = os.environ if env is None else env
+    enforce = env.get("VLLM_ENFORCE_STRICT_TOOL_CALLING", "true").lower() in ("true", "1")
+    if not enforce and "SGLANG_TOOL_STRICT_LEVEL" not in env:  # vLLM's reading of it
+        return "off"
+    raw = env.get("SGLANG_TOOL_STRICT_LEVEL")
     if raw is None or not raw.strip():
         return "auto"
     try:

@@ -106,7 +106,7 @@ def strict_tag(body: Mapping[str, Any], features: Features, tool_cls: Any) -> st
     tools = body.get("tools") or []
     level = features.tool_strict_level
     strict = {t["function"]["name"] for t in tools if t["function"].get("strict") is True}
-    if not tools or (level == "auto" and not strict) or tool_cls is None:
+    if not tools or level == "off" or (level == "auto" and not strict) or tool_cls is None:
         return None
     structures, triggers = [], []
     for k, tool in enumerate(tools):
