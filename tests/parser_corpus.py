@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 __all__ = ["CASES", "MARKERS", "TOOLS", "Case", "prompt_text"]
@@ -351,6 +351,10 @@ class ToolFormat:
     no_open: str = ""
     #: The calls are read when their block closes: a call cut short stays content as written.
     held: bool = False
+    #: What goes between the thinking and the calls, and after them, in the calls-after-reasoning
+    #: case (None: the thinking format's own markup around an answer).
+    reasoning_between: str | None = None
+    reasoning_after: str | None = None
 
 
 TOOL_FORMATS: dict[str, ToolFormat] = {
@@ -525,6 +529,371 @@ TOOL_FORMATS: dict[str, ToolFormat] = {
 }
 
 
+# ---- the families vLLM 0.32 / 0.33 added (and SGLang's own) -----------------------------------
+# Each renders calls as the family's chat template writes them (or, where the template was not at
+# hand, as the parser's own documentation in vLLM or SGLang shows them); SOURCES says which.
+
+
+def _keyed_list(prefix: str, suffix: str) -> Callable[[list[Call]], str]:
+    def render(calls: list[Call]) -> str:
+        return prefix + _j([{n: a} for n, a in calls]) + suffix
+
+    return render
+
+
+def _cohere(calls: list[Call]) -> str:
+    items = [
+        {"tool_call_id": str(i), "tool_name": n, "parameters": a} for i, (n, a) in enumerate(calls)
+    ]
+    return "<|START_ACTION|>" + _j(items) + "<|END_ACTION|>"
+
+
+def _inkling(calls: list[Call]) -> str:
+    return "".join(
+        f"<|message_model|><|content_invoke_tool_json|>{_j({'name': n, 'args': a})}<|end_message|>"
+        for n, a in calls
+    )
+
+
+def _hy(sep: str, nl: str) -> Callable[[list[Call]], str]:
+    def render(calls: list[Call]) -> str:
+        body = "".join(
+            f"<tool_call>{n}{sep}\n"
+            + "".join(
+                f"<arg_key>{k}</arg_key>{nl}<arg_value>{_raw(v)}</arg_value>\n"
+                for k, v in a.items()
+            )
+            + "</tool_call>\n"
+            for n, a in calls
+        )
+        return f"<tool_calls>\n{body}</tool_calls>"
+
+    return render
+
+
+def _schema_type(v: Any) -> str:
+    if isinstance(v, bool):
+        return "boolean"
+    if isinstance(v, int):
+        return "integer"
+    if isinstance(v, float):
+        return "number"
+    if v is None:
+        return "null"
+    return {dict: "object", list: "array"}.get(type(v), "string")
+
+
+def _k2_horizon(calls: list[Call], typed: bool = False) -> str:
+    """K2 Horizon's ``xml`` tool format (``xml_typed``: each value's type tagged too)."""
+
+    def arg(k: str, v: Any) -> str:
+        kind = f"<ifm|arg_type>{_schema_type(v)}</ifm|arg_type>" if typed else ""
+        return f"<ifm|arg_key>{k}</ifm|arg_key>{kind}<ifm|arg_value>{_raw(v)}</ifm|arg_value>"
+
+    body = "".join(
+        f"<ifm|tool_call>{n}" + "".join(arg(k, v) for k, v in a.items()) + "</ifm|tool_call>"
+        for n, a in calls
+    )
+    return f"<ifm|tool_calls>{body}</ifm|tool_calls>"
+
+
+def _invokes(tag: str, block: str, calls: list[Call]) -> str:
+    invokes = "".join(
+        f'<invoke name="{n}">\n'
+        + "".join(f'<parameter name="{k}">{_raw(v)}</parameter>\n' for k, v in a.items())
+        + "</invoke>\n"
+        for n, a in calls
+    )
+    return f"<{block}>\n{invokes}</{block}>"
+
+
+def _minicpm5(calls: list[Call]) -> str:
+    return "\n".join(
+        f'<function name="{n}">\n'
+        + "".join(f'<param name="{k}">{_raw(v)}</param>\n' for k, v in a.items())
+        + "</function>"
+        for n, a in calls
+    )
+
+
+def _is_str(v: Any) -> str:
+    return "true" if isinstance(v, str) else "false"
+
+
+def _dsml_like(tag: str, block: str, spaced: bool = False) -> Callable[[list[Call]], str]:
+    sp = " " if spaced else ""
+
+    def render(calls: list[Call]) -> str:
+        invokes = "".join(
+            f'<{tag}{sp}invoke name="{n}">\n'
+            + "".join(
+                f'<{tag}{sp}parameter name="{k}" string="{_is_str(v)}">'
+                f"{_raw(v)}</{tag}{sp}parameter>\n"
+                for k, v in a.items()
+            )
+            + f"</{tag}{sp}invoke>\n"
+            for n, a in calls
+        )
+        return f"<{tag}{sp}{block}>\n{invokes}</{tag}{sp}{block}>"
+
+    return render
+
+
+def _kimi_k3(calls: list[Call]) -> str:
+    body = "".join(
+        f'<|open|>call tool="{n}" index="{i}"<|sep|>'
+        + "".join(
+            f'<|open|>argument key="{k}" type="{_schema_type(v)}"<|sep|>{_raw(v)}'
+            "<|close|>argument<|sep|>"
+            for k, v in a.items()
+        )
+        + "<|close|>call<|sep|>"
+        for i, (n, a) in enumerate(calls)
+    )
+    return f"<|open|>tools<|sep|>{body}<|close|>tools<|sep|>"
+
+
+def _gemma4_value(v: Any) -> str:
+    if isinstance(v, str):
+        return f'<|"|>{v}<|"|>'
+    if isinstance(v, dict):
+        return "{" + ",".join(f"{k}:{_gemma4_value(x)}" for k, x in v.items()) + "}"
+    if isinstance(v, list):
+        return "[" + ",".join(_gemma4_value(x) for x in v) + "]"
+    return _j(v)
+
+
+def _gemma4(calls: list[Call]) -> str:
+    return "".join(f"<|tool_call>call:{n}{_gemma4_value(a)}<tool_call|>" for n, a in calls)
+
+
+def _lfm2(calls: list[Call]) -> str:
+    return "<|tool_call_start|>" + _pythonic(calls) + "<|tool_call_end|>"
+
+
+_M3 = "]<]minimax[>["
+
+
+def _m3_value(k: str, v: Any) -> str:
+    if isinstance(v, dict):
+        inner = "".join(_m3_value(kk, vv) for kk, vv in v.items())
+        return f"{_M3}<{k}>{inner}{_M3}</{k}>"
+    if isinstance(v, list):
+        inner = "".join(_m3_value("item", x) for x in v)
+        return f"{_M3}<{k}>{inner}{_M3}</{k}>"
+    return f"{_M3}<{k}>{_raw(v)}{_M3}</{k}>"
+
+
+def _minimax_m3(calls: list[Call]) -> str:
+    invokes = "".join(
+        f'{_M3}<invoke name="{n}">\n'
+        + "".join(_m3_value(k, v) + "\n" for k, v in a.items())
+        + f"{_M3}</invoke>\n"
+        for n, a in calls
+    )
+    return f"{_M3}<tool_call>\n{invokes}{_M3}</tool_call>"
+
+
+def _plamo3(calls: list[Call]) -> str:
+    body = "".join(
+        "<|plamo:begin_tool_request:plamo|><|plamo:begin_tool_name:plamo|>"
+        f"{n}<|plamo:end_tool_name:plamo|><|plamo:begin_tool_arguments:plamo|>"
+        f"<|plamo:constrain|>json<|plamo:msg|>{_j(a)}<|plamo:end_tool_arguments:plamo|>"
+        "<|plamo:end_tool_request:plamo|>"
+        for n, a in calls
+    )
+    return f"<|plamo:begin_tool_requests:plamo|>{body}<|plamo:end_tool_requests:plamo|>"
+
+
+#: The corpus tokenizer's ``response_template`` (a Qwen3-style checkpoint's, as Hugging Face's
+#: response-parsing metadata writes it), which the generic ``hf`` parsers read.
+HF_TEMPLATE: dict[str, Any] = {
+    "version": 1,
+    "start_anchor": "<|im_start|>assistant\n",
+    "fields": {
+        "thinking": {"open": "<think>", "close": "</think>"},
+        "content": {},
+        "tool_calls": {
+            "open": "<tool_call>",
+            "close": "</tool_call>",
+            "content": "json",
+            "repeats": True,
+            "transform": {
+                "type": "function",
+                "function": {"name": "{content.name}", "arguments": "{content.arguments}"},
+            },
+        },
+    },
+}
+
+
+def _muse(calls: list[Call]) -> str:
+    return "".join(
+        f"<|start|>assistant to={n}<|message|>"
+        + _invokes("", "atem:function_calls", [(n, a)])
+        .replace("<invoke", "<atem:invoke")
+        .replace("</invoke>", "</atem:invoke>")
+        .replace("<parameter", "<atem:parameter")
+        .replace("</parameter>", "</atem:parameter>")
+        + "<|eom|>"
+        for n, a in calls
+    )
+
+
+TOOL_FORMATS.update(
+    {
+        "muse_glimmer": ToolFormat(
+            _muse,
+            "<atem:invoke> and to=user",
+            'Write <atem:invoke name="x"> in the answer, not a call',
+            reasoning="muse_glimmer",
+            lead="<|start|>assistant to=commentary<|message|>Let me check that for you 🔍.<|eom|>",
+            lead_out="Let me check that for you 🔍.",
+            no_open="<|start|>assistant",
+            reasoning_between="",
+            reasoning_after="",
+        ),
+        "hf": replace(
+            TOOL_FORMATS["hermes"], markup='<think> and {"a": 1}', reasoning="hf", held=True
+        ),
+        "qwen3_json": replace(TOOL_FORMATS["hermes"]),
+        "granite4": replace(TOOL_FORMATS["hermes"], reasoning="granite_thinking_parser"),
+        "ernie45": replace(TOOL_FORMATS["hermes"], reasoning="ernie45"),
+        "iquest_q1": ToolFormat(
+            lambda calls: (
+                _glm(False)(calls)
+                .replace("<tool_call>", "<iquest_tool_call>")
+                .replace("</tool_call>", "</iquest_tool_call>")
+            ),
+            "<b>x</b> <iquest_tool_call>",
+            "Write <arg_key>city</arg_key> inside an <iquest_ call",
+        ),
+        "llama4_json": replace(TOOL_FORMATS["llama3_json"]),
+        "llama4_pythonic": replace(TOOL_FORMATS["pythonic"]),
+        "apertus": ToolFormat(
+            _keyed_list("<|tools_prefix|>", "<|tools_suffix|>"),
+            '<|tools_prefix|>[{"f": {}}]',
+            'A list like [{"get_weather": {"city": "x"}}] goes in the tools prefix',
+            reasoning="apertus",
+        ),
+        "cohere_command3": ToolFormat(
+            _cohere,
+            '<|START_ACTION|>[{"tool_name": "x"}]',
+            'Actions look like [{"tool_name": "x", "parameters": {}}] in <|START_ACTION|',
+            reasoning="cohere_command3",
+            lead="<|START_RESPONSE|>Let me check that for you 🔍.<|END_RESPONSE|>",
+            lead_out="Let me check that for you 🔍.",
+        ),
+        "cohere_command4": ToolFormat(
+            _cohere,
+            "<|END_ACTION|> and [1]",
+            'Write [{"tool_name": "f"}] inside an action block',
+            reasoning="cohere_command4",
+            lead="<|START_RESPONSE|>Let me check that for you 🔍.<|END_RESPONSE|>",
+            lead_out="Let me check that for you 🔍.",
+        ),
+        "inkling": ToolFormat(
+            _inkling,
+            '<|end_message|> {"args": 1}',
+            'A call is {"name": "f", "args": {}} in a tool block',
+            reasoning="inkling",
+            lead="<|message_model|><|content_text|>Let me check that for you 🔍.<|end_message|>",
+            lead_out="Let me check that for you 🔍.",
+        ),
+        "step3p5": replace(TOOL_FORMATS["qwen3_coder"], reasoning="step3p5"),
+        "step5": replace(TOOL_FORMATS["qwen3_coder"], reasoning="step5"),
+        "mimo": ToolFormat(
+            _qwen3_xml("<tool_call>", "</tool_call>", False),
+            "<tool_call> and <function=x>",
+            "Use <function=f> with <parameter=x> in a <tool_ block",
+            reasoning="mimo",
+        ),
+        "ling3": replace(TOOL_FORMATS["glm47"], reasoning="ling3"),
+        "poolside_v1": replace(TOOL_FORMATS["glm45"], reasoning="poolside_v1"),
+        "hy_v3": ToolFormat(
+            _hy("<tool_sep>", "\n"),
+            "</tool_calls> <tool_sep>",
+            "The <tool_calls> block and <arg_key> tags are markup; <tool_",
+            reasoning="hy_v3",
+        ),
+        "hy_v4": ToolFormat(
+            _hy("", ""),
+            "</arg_key> and <tool_call>",
+            "Write <arg_key>city</arg_key> in a <tool_calls block",
+            reasoning="hy_v4",
+        ),
+        "k2_horizon": ToolFormat(
+            _k2_horizon,
+            "</ifm|arg_key> <ifm|tool_call>",
+            "The <ifm|arg_type> tag types a value; <ifm|",
+            reasoning="k2_horizon",
+        ),
+        "dots": ToolFormat(
+            lambda calls: _invokes("", "dots_function_call", calls),
+            '<invoke name="x"> in text',
+            "The <dots_function_call block and <invoke name> are markup; <dots_",
+            reasoning="qwen3",
+        ),
+        "minicpm5": ToolFormat(
+            _minicpm5,
+            '<param name="x"> and </function>',
+            "A <function> tag with <param name> children; <function",
+            reasoning="qwen3",
+        ),
+        "deepseek_v4": ToolFormat(
+            _dsml_like("｜DSML｜", "tool_calls"),
+            "<｜DSML｜invoke> text",
+            'The <｜DSML｜invoke name="x"> tag needs a tool_calls block around it',
+            reasoning="deepseek_v4",
+        ),
+        "deepseek_v41": ToolFormat(
+            _dsml_like("｜DSML｜", "calls", spaced=True),
+            "<｜DSML｜ invoke> text",
+            'The <｜DSML｜ invoke name="x"> tag needs a calls block around it',
+            reasoning="deepseek_v41",
+        ),
+        "gigachat35": ToolFormat(
+            _dsml_like("｜GCML｜", "tool_calls"),
+            "<｜GCML｜invoke> text",
+            'The <｜GCML｜invoke name="x"> tag needs a tool_calls block around it',
+        ),
+        "kimi_k3": ToolFormat(
+            _kimi_k3,
+            '<|open|>call tool="x"<|sep|> in a string',
+            'A call has a tool="get_weather" attribute and typed arguments',
+            reasoning="kimi_k3",
+            lead="<|open|>response<|sep|>Let me check that for you 🔍.<|close|>response<|sep|>",
+            lead_out="Let me check that for you 🔍.",
+        ),
+        "gemma4": ToolFormat(
+            _gemma4,
+            "<tool_call|> a {b} c",
+            "Call it as call:get_weather{city:Paris} later",
+            reasoning="gemma4",
+            held=True,
+        ),
+        "lfm2": ToolFormat(
+            _lfm2,
+            "<|tool_call_end|> and [f(x=1)]",
+            "Write [get_weather(city='x')] between the tool call tokens",
+            held=True,
+        ),
+        "minimax_m3": ToolFormat(
+            _minimax_m3,
+            "]<]minimax[>[<b> inside",
+            "The ]<]minimax[>[ prefix marks M3's tags, <invoke name> too",
+            reasoning="minimax_m3",
+            held=True,
+        ),
+        "plamo3": ToolFormat(
+            _plamo3,
+            "<|plamo:end_tool_request:plamo|> text",
+            "PLaMo writes <|plamo:begin_tool_name:plamo| tags around names",
+            reasoning="plamo3",
+        ),
+    }
+)
+
 # ---- reasoning formats -----------------------------------------------------------------------
 
 
@@ -586,6 +955,112 @@ THINK_FORMATS: dict[str, ThinkFormat] = {
     ),
 }
 
+THINK_FORMATS.update(
+    {
+        "hf": THINK_FORMATS["qwen3"],
+        "muse_glimmer": ThinkFormat(
+            " to=self<|message|>",
+            "<|eom|>",
+            between="<|start|>assistant to=user<|message|>",
+            after="<|eot|>",
+            prompt_opens=False,
+        ),
+        "glm47": THINK_FORMATS["glm45"],
+        "ling3": THINK_FORMATS["glm45"],
+        "nemotron_v3": THINK_FORMATS["qwen3"],
+        "granite_thinking_parser": THINK_FORMATS["qwen3"],
+        "mimo": THINK_FORMATS["qwen3"],
+        "qwen3_thinking": ThinkFormat("<think>", "</think>", implicit=True),
+        "hy_v3": ThinkFormat(
+            "<think>", "</think>", on={"reasoning_effort": "high"}, prompt_opens=False
+        ),
+        "hy_v4": ThinkFormat("<think>", "</think>", prompt_opens=False),
+        "deepseek_v4": THINK_FORMATS["deepseek_v3"],
+        "deepseek_v41": THINK_FORMATS["deepseek_v3"],
+        "holo2": THINK_FORMATS["deepseek_v3"],
+        "poolside_v1": THINK_FORMATS["deepseek_v3"],
+        "step3p5": ThinkFormat("<think>", "</think>", implicit=True),
+        "step5": ThinkFormat("<think>", "</think>", implicit=True),
+        "kimi_k3": ThinkFormat(
+            "<|open|>think<|sep|>",
+            "<|close|>think<|sep|>",
+            off={"thinking": False},
+            between="<|open|>response<|sep|>",
+            after="<|close|>response<|sep|>",
+        ),
+        "gemma4": ThinkFormat(
+            "<|channel>thought\n",
+            "<channel|>",
+            on={"enable_thinking": True},
+            prompt_opens=False,
+            between="",
+        ),
+        "minimax_m3": ThinkFormat("<mm:think>", "</mm:think>", prompt_opens=False),
+        "cohere_command3": ThinkFormat(
+            "<|START_THINKING|>",
+            "<|END_THINKING|>",
+            between="<|START_RESPONSE|>",
+            after="<|END_RESPONSE|>",
+            prompt_opens=False,
+        ),
+        "cohere_command4": ThinkFormat(
+            "<|START_THINKING|>",
+            "<|END_THINKING|>",
+            between="<|START_RESPONSE|>",
+            after="<|END_RESPONSE|>",
+            prompt_opens=False,
+        ),
+        "inkling": ThinkFormat(
+            "<|message_model|><|content_thinking|>",
+            "<|end_message|>",
+            between="<|message_model|><|content_text|>",
+            after="<|end_message|>",
+            prompt_opens=False,
+        ),
+        "k2_horizon": ThinkFormat("<ifm|think>", "</ifm|think>", implicit=True),
+        "plamo3": ThinkFormat(
+            "<|plamo:begin_think:plamo|>", "<|plamo:end_think:plamo|>", prompt_opens=False
+        ),
+        "apertus": ThinkFormat("<|inner_prefix|>", "<|inner_suffix|>", prompt_opens=False),
+        "kimi": ThinkFormat("◁think▷", "◁/think▷", prompt_opens=False),
+    }
+)
+
+#: Where each new family's output shape comes from (the model's chat template where it was at
+#: hand, else the format its parser documents in vLLM 0.33's or SGLang 0.5.23's source).
+SOURCES: dict[str, str] = {
+    "muse_glimmer": "Muse's ATEM messages as vLLM's muse parser documents them",
+    "hf": "a Qwen3-style response_template (Hugging Face's response-parsing metadata)",
+    "qwen3_json": "Qwen2.5/Qwen3 chat template (hermes-style <tool_call> JSON)",
+    "granite4": "Granite 4 chat template: <tool_call> JSON, as vLLM's granite4 parser reads",
+    "ernie45": "ERNIE-4.5 parser docs in vLLM (<tool_call> JSON after </think>)",
+    "iquest_q1": "SGLang's iquest_q1 detector (GLM-4.7 XML in <iquest_tool_call>)",
+    "llama4_json": "Llama 3.1/4 JSON tool format (vLLM maps llama4_json to llama3_json)",
+    "llama4_pythonic": "Llama 4 chat template (pythonic list, optional <|python_start|>)",
+    "apertus": "vLLM's apertus parser docstring (<|tools_prefix|>[{name: args}]<|tools_suffix|>)",
+    "cohere_command3": "Command A template as SGLang's cohere_command4 detector documents it",
+    "cohere_command4": "Command A template as SGLang's cohere_command4 detector documents it",
+    "inkling": "vLLM's inkling parser docstring (typed content blocks)",
+    "step3p5": "Step-3.5 template: Qwen3-Coder XML (vLLM's step3p5 parser)",
+    "step5": "Step-5: Qwen3-Coder XML (vLLM's step5 parser)",
+    "mimo": "MiMo: Qwen3-Coder XML, verbatim values (vLLM's mimo parser)",
+    "ling3": "Ling 3: GLM-4.7 XML (vLLM's ling3 parser)",
+    "poolside_v1": "Poolside: GLM-4 XML (vLLM's poolside_v1 parser)",
+    "hy_v3": "HY v3 format as SGLang's hunyuan detector documents it",
+    "hy_v4": "HY v4 format from vLLM's hy_v4 parser (no <tool_sep>)",
+    "k2_horizon": "K2 Horizon IFM xml_typed format from vLLM's k2_horizon parser",
+    "dots": "dots format as vLLM's and SGLang's dots parsers document it",
+    "minicpm5": "MiniCPM 5 <function name><param name> format from vLLM's minicpm5 parser",
+    "deepseek_v4": "DeepSeek-V4 DSML as vLLM's deepseek_v4 parser documents it",
+    "deepseek_v41": "DeepSeek-V4.1 spaced DSML from vLLM's deepseek_v41 parser",
+    "gigachat35": "GigaChat 3.5 GCML from SGLang's gigachat35 detector",
+    "kimi_k3": "Kimi K3 XTML channels as vLLM's kimi_k3 parser documents them",
+    "gemma4": "Gemma 4 format as vLLM's gemma4 parser documents it",
+    "lfm2": "LFM2 format as vLLM's lfm2 parser documents it",
+    "minimax_m3": "MiniMax-M3 namespaced XML as vLLM's minimax_m3 parser documents it",
+    "plamo3": "PLaMo 3 markers from vLLM's plamo3 parser",
+}
+
 THOUGHT = "The user wants the weather 🌧 in 巴黎.\nI should call the tool, not guess."
 ANSWER = "It is 18 °C and raining in 巴黎 ☔."
 
@@ -641,6 +1116,53 @@ MARKERS: list[str] = [
     "<escape>",
     "<response>",
     "</response>",
+    # the newer families' special tokens
+    "<|tools_prefix|>",
+    "<|tools_suffix|>",
+    "<|inner_prefix|>",
+    "<|inner_suffix|>",
+    "<|START_ACTION|>",
+    "<|END_ACTION|>",
+    "<|START_RESPONSE|>",
+    "<|END_RESPONSE|>",
+    "<|START_THINKING|>",
+    "<|END_THINKING|>",
+    "<|message_model|>",
+    "<|content_text|>",
+    "<|content_thinking|>",
+    "<|content_invoke_tool_json|>",
+    "<|end_message|>",
+    "<tool_sep>",
+    "<ifm|tool_calls>",
+    "</ifm|tool_calls>",
+    "<ifm|tool_call>",
+    "</ifm|tool_call>",
+    "<ifm|arg_key>",
+    "</ifm|arg_key>",
+    "<ifm|arg_type>",
+    "</ifm|arg_type>",
+    "<ifm|arg_value>",
+    "</ifm|arg_value>",
+    "<ifm|think>",
+    "</ifm|think>",
+    "<|open|>",
+    "<|close|>",
+    "<|sep|>",
+    "<|channel>",
+    "<channel|>",
+    "<|tool_call>",
+    "<tool_call|>",
+    '<|"|>',
+    "<mm:think>",
+    "</mm:think>",
+    "]<]minimax[>[",
+    "<|tool_call_start|>",
+    "<|tool_call_end|>",
+    "<assistant>",
+    "<|start|>",
+    "<|message|>",
+    "<|eom|>",
+    "<|eot|>",
 ]
 #: A Mistral tokenizer before v11 has no ``[ARGS]`` (its calls are a JSON list).
 MISTRAL_V3_MARKERS = [m for m in MARKERS if m not in ("[ARGS]", "[CALL_ID]")]
@@ -651,9 +1173,9 @@ def prompt_text(case: Case) -> str:
     if case.tokenizer == "gptoss":
         return "<|start|>user<|message|>hi<|end|><|start|>assistant"
     head = "<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n"
-    if case.reasoning is None:
+    fmt = THINK_FORMATS.get(case.reasoning or "")
+    if fmt is None:
         return head
-    fmt = THINK_FORMATS[case.reasoning]
     if case.prompt_opens:
         return head + fmt.start + "\n"
     if fmt.off and case.kwargs == fmt.off:
@@ -706,8 +1228,9 @@ def _tool_cases(name: str, fmt: ToolFormat) -> list[Case]:
         add("after-reasoning", text, "", [WEATHER], reasoning="gpt_oss", reasoning_out=THOUGHT)
     else:
         open_tag = "" if think.implicit else think.start
-        text = f"{open_tag}{THOUGHT}{think.end}{think.between}{lead}{fmt.render([WEATHER])}"
-        text += think.after
+        between = think.between if fmt.reasoning_between is None else fmt.reasoning_between
+        text = f"{open_tag}{THOUGHT}{think.end}{between}{lead}{fmt.render([WEATHER])}"
+        text += think.after if fmt.reasoning_after is None else fmt.reasoning_after
         add(
             "after-reasoning",
             text,
@@ -827,9 +1350,41 @@ def _xlam_extra() -> list[Case]:
     ]
 
 
+def _k2_typed() -> list[Case]:
+    kwargs = {"tool_call_format": "xml_typed"}
+    return [
+        Case(
+            "tool/k2_horizon/typed",
+            "k2_horizon",
+            None,
+            "Checking. " + _k2_horizon([WEATHER, FLAGS], typed=True),
+            content_out="Checking.",
+            calls_out=[WEATHER, FLAGS],
+            kwargs=kwargs,
+        )
+    ]
+
+
+def _append_think_cases() -> list[Case]:
+    """``minimax_m2_append_think`` splits nothing: the output is the answer, ``<think>`` put
+    back in front."""
+    text = THOUGHT + "</think>\n\n" + ANSWER
+    return [
+        Case(
+            "reasoning/minimax_m2_append_think/think-answer",
+            None,
+            "minimax_m2_append_think",
+            text,
+            content_out="<think>" + text,
+        )
+    ]
+
+
 CASES: list[Case] = [
     *(c for name, fmt in TOOL_FORMATS.items() for c in _tool_cases(name, fmt)),
     *(c for name, fmt in THINK_FORMATS.items() for c in _reasoning_cases(name, fmt)),
     *_mistral_v3_cases(),
     *_xlam_extra(),
+    *_k2_typed(),
+    *_append_think_cases(),
 ]

@@ -26,11 +26,20 @@ from typing import Any
 import tokenizers
 from tokenizers import AddedToken
 
-from parser_corpus import MARKERS, MISTRAL_V3_MARKERS, TOOLS, Case, prompt_text
+from parser_corpus import (
+    HF_TEMPLATE,
+    MARKERS,
+    MISTRAL_V3_MARKERS,
+    THINK_FORMATS,
+    TOOLS,
+    Case,
+    prompt_text,
+)
 from tokenwire import DecodeStream, Tokenizer
 from tokenwire.parsers import (
     REASONING_PARSERS,
     TOOL_CALL_PARSERS,
+    ResponseTemplate,
     merge_tool_deltas,
     prompt_opens_reasoning,
 )
@@ -38,6 +47,87 @@ from tokenwire.parsers.output import OutputSpec
 
 HERE = Path(__file__).resolve().parent
 RUNNER = HERE / "vllm_parser_runner.py"
+SGLANG_RUNNER = HERE / "sglang_parser_runner.py"
+
+#: SGLang 0.5.23's names for tokenwire's parsers (the diff runs the one that reads the same
+#: markup; a family SGLang has no parser for is missing on its side).
+SGLANG_TOOL_NAMES = {
+    "hermes": "hermes",
+    "qwen3_json": "qwen25",
+    "llama3_json": "llama3",
+    "mistral": "mistral",
+    "pythonic": "pythonic",
+    "llama4_pythonic": "pythonic",
+    "deepseek_v3": "deepseekv3",
+    "deepseek_v31": "deepseekv31",
+    "deepseek_v32": "deepseekv32",
+    "deepseek_v4": "deepseekv4",
+    "deepseek_v41": "deepseekv41",
+    "kimi_k2": "kimi_k2",
+    "kimi_k3": "kimi_k3",
+    "qwen3_coder": "qwen3_coder",
+    "qwen3_xml": "qwen3_coder",
+    "step3p5": "step3p5",
+    "glm45": "glm45",
+    "glm47": "glm47",
+    "poolside_v1": "poolside_v1",
+    "ling3": "ling3",
+    "minimax_m2": "minimax-m2",
+    "minimax_m3": "minimax-m3",
+    "step3": "step3",
+    "internlm": "interns1",
+    "hy_v3": "hunyuan",
+    "gigachat3": "gigachat3",
+    "gigachat35": "gigachat35",
+    "openai": "gpt-oss",
+    "gemma4": "gemma4",
+    "inkling": "inkling",
+    "iquest_q1": "iquest_q1",
+    "apertus": "apertus2509",
+    "cohere_command3": "cohere_command4",
+    "cohere_command4": "cohere_command4",
+    "dots": "dots",
+    "k2_horizon": "k2_horizon",
+    "lfm2": "lfm2",
+    "mimo": "mimo",
+    "minicpm5": "minicpm5",
+    "hf": "response_template",
+    "muse_glimmer": "muse",
+}
+SGLANG_REASONING_NAMES = {
+    "qwen3": "qwen3",
+    "qwen3_thinking": "qwen3-thinking",
+    "deepseek_r1": "deepseek-r1",
+    "deepseek_v3": "deepseek-v3",
+    "deepseek_v4": "deepseek-v4",
+    "deepseek_v41": "deepseek-v41",
+    "glm45": "glm45",
+    "glm47": "glm45",
+    "ling3": "ling3",
+    "hy_v3": "hunyuan",
+    "gpt_oss": "gpt-oss",
+    "k2_horizon": "k2_horizon",
+    "kimi": "kimi",
+    "kimi_k2": "kimi_k2",
+    "kimi_k3": "kimi_k3",
+    "mimo": "mimo",
+    "poolside_v1": "poolside_v1",
+    "minimax_m2": "minimax",
+    "minimax_m2_append_think": "minimax-append-think",
+    "minimax_m3": "minimax-m3",
+    "step3": "step3",
+    "step3p5": "step3p5",
+    "mistral": "mistral",
+    "nemotron_v3": "nemotron_3",
+    "granite_thinking_parser": "granite_thinking_parser",
+    "gemma4": "gemma4",
+    "inkling": "inkling",
+    "cohere_command3": "cohere_command4",
+    "cohere_command4": "cohere_command4",
+    "apertus": "apertus2509",
+    "hf": "response_template",
+    "muse_glimmer": "muse",
+}
 #: Random splits per case (each side gets the same token groupings; tokenwire also byte splits).
 RANDOM_SPLITS = 2
 
@@ -74,6 +164,7 @@ def _base_qwen3() -> tuple[str, dict[str, Any], dict[str, Any]]:
     base = resources.files("tokenwire") / "_data" / "qwen3"
     raw = lzma.decompress((base / "tokenizer.json.xz").read_bytes()).decode("utf-8")
     config = json.loads((base / "tokenizer_config.json").read_text(encoding="utf-8"))
+    config["response_template"] = HF_TEMPLATE  # for the hf parsers
     model = json.loads((base / "config.json").read_text(encoding="utf-8"))
     return raw, config, model
 
@@ -162,10 +253,22 @@ def byte_splits(case_id: str, text: str) -> list[list[str]]:
 # ---- tokenwire -------------------------------------------------------------------------------
 
 
+def _bound(cls: Any) -> Any:
+    """A parser class, bound to the corpus tokenizer's response_template if it reads one."""
+    if getattr(cls, "needs_template", False):
+        return cls.for_template(_hf_template())
+    return cls
+
+
+@cache
+def _hf_template() -> ResponseTemplate:
+    return ResponseTemplate.load(HF_TEMPLATE)
+
+
 def tokenwire_spec(case: Case) -> OutputSpec:
-    reasoning = REASONING_PARSERS[case.reasoning] if case.reasoning else None
+    reasoning = _bound(REASONING_PARSERS[case.reasoning]) if case.reasoning else None
     opens = reasoning is not None and prompt_opens_reasoning(prompt_text(case), reasoning)
-    tools = TOOL_CALL_PARSERS[case.tool] if case.tool else None
+    tools = _bound(TOOL_CALL_PARSERS[case.tool]) if case.tool else None
     return OutputSpec(reasoning, opens, tools, lambda i: f"call{i}", tool_schemas=TOOLS)
 
 
@@ -207,18 +310,53 @@ def vllm_job(cases: list[Case], real_tokenizer, folders: dict[str, str]) -> dict
     return {"tokenizers": folders, "markers": markers, "cases": items}
 
 
-def run_vllm(python: str, job: dict[str, Any], timeout: float = 600) -> dict[str, Any]:
-    """vLLM's results for a job (one subprocess for all of it)."""
+def sglang_job(cases: list[Case], real_tokenizer, folders: dict[str, str]) -> dict[str, Any]:
+    """The SGLang runner's input: the vLLM job's cases with SGLang's names for their parsers
+    and whether the prompt opened the thinking (SGLang's template manager's
+    ``force_reasoning``: a template that opens it, or a prompt that did)."""
+    job = vllm_job(cases, real_tokenizer, folders)
+    for item, case in zip(job["cases"], cases):
+        item["sglang_tool"] = SGLANG_TOOL_NAMES.get(case.tool or "")
+        item["sglang_reasoning"] = SGLANG_REASONING_NAMES.get(case.reasoning or "")
+        fmt = THINK_FORMATS.get(case.reasoning or "")
+        opens = case.reasoning is not None and prompt_opens_reasoning(
+            prompt_text(case), _bound(REASONING_PARSERS[case.reasoning])
+        )
+        item["forced"] = bool(opens or (fmt is not None and fmt.implicit))
+        item["prompt"] = prompt_text(case)
+        del item["ids"], item["prompt_ids"]
+    return job
+
+
+def run_sglang(python: str, job: dict[str, Any], timeout: float = 600) -> dict[str, Any]:
+    """SGLang's results for a job (one subprocess for all of it)."""
+    return run_vllm(python, job, timeout, runner=SGLANG_RUNNER, peer="SGLang")
+
+
+def run_vllm(
+    python: str,
+    job: dict[str, Any],
+    timeout: float = 600,
+    *,
+    runner: Path = RUNNER,
+    peer: str = "vLLM",
+    pythonpath: str | None = None,
+) -> dict[str, Any]:
+    """vLLM's results for a job (one subprocess for all of it; ``pythonpath``: packages
+    beyond its environment's, such as the one vLLM's Cohere parsers import)."""
+    env = _vllm_env()
+    if pythonpath:
+        env["PYTHONPATH"] = pythonpath
     out = subprocess.run(
-        [python, str(RUNNER)],
+        [python, str(runner)],
         input=json.dumps(job),
         capture_output=True,
         text=True,
         timeout=timeout,
-        env=_vllm_env(),
+        env=env,
     )
     if out.returncode != 0:
-        raise RuntimeError(f"vLLM's parser run failed:\n{out.stderr[-4000:]}")
+        raise RuntimeError(f"{peer}'s parser run failed:\n{out.stderr[-4000:]}")
     return json.loads(out.stdout)
 
 

@@ -43,7 +43,11 @@ def _cases() -> list[Any]:
 def _serve() -> Iterator[str]:
     tok = real_tokenizer("default")
     engine = SyntheticEngine(tok, SyntheticConfig(output="echo", step_time=0.0))
-    features = Features(tool_call_parser="hermes", enable_auto_tool_choice=True)
+    # The echo replays the prompt, whose tools section holds hermes' <tool_call> trigger: a
+    # client's strict tools (openai-agents marks them so) would constrain the echo from there.
+    features = Features(
+        tool_call_parser="hermes", enable_auto_tool_choice=True, tool_strict_level="off"
+    )
     config = ServerConfig(model_name=MODEL, access_log=False, features=features)
     with run_tokenwire(create_app(tok, engine, config)) as url:
         yield url

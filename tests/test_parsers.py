@@ -121,10 +121,29 @@ def _ids(index: int) -> str:
     return f"call{index}"
 
 
+def _bound(cls):
+    """A parser class, bound to the corpus's response_template if it reads one (``hf``)."""
+    if getattr(cls, "needs_template", False):
+        from parser_corpus import HF_TEMPLATE
+        from tokenwire.parsers import ResponseTemplate
+
+        return cls.for_template(_template(ResponseTemplate, HF_TEMPLATE))
+    return cls
+
+
+_TEMPLATES: dict = {}
+
+
+def _template(kind, spec):
+    if "t" not in _TEMPLATES:
+        _TEMPLATES["t"] = kind.load(spec)
+    return _TEMPLATES["t"]
+
+
 def _stream_tools(
     name: str, pieces: list[str], tools: list | None = None
 ) -> tuple[str, list[ToolCall]]:
-    parser = TOOL_CALL_PARSERS[name](make_id=_ids, tools=tools)
+    parser = _bound(TOOL_CALL_PARSERS[name])(make_id=_ids, tools=tools)
     deltas = [parser.feed(p) for p in pieces] + [parser.finish()]
     for d in deltas:
         for c in d.calls:  # OpenAI's shape: id and name only on a call's first delta
@@ -377,7 +396,7 @@ REASONING_CASES = [
 
 
 def _stream_reasoning(name: str, opens: bool, pieces: list[str]) -> tuple[str, str]:
-    parser = REASONING_PARSERS[name](prompt_in_reasoning=opens)
+    parser = _bound(REASONING_PARSERS[name])(prompt_in_reasoning=opens)
     out = [parser.feed(p) for p in pieces] + [parser.finish()]
     return "".join(d.reasoning for d in out), "".join(d.content for d in out)
 

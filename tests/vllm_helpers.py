@@ -100,6 +100,16 @@ def vllm_env() -> dict[str, str] | None:
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
+def peers_env() -> dict[str, str] | None:
+    """The built parser peers' environment (``scripts/parser_peers_env.py``: SGLang's parsers
+    and the package vLLM's Cohere parsers import), or None."""
+    script = ENV_SCRIPT.parent / "parser_peers_env.py"
+    out = subprocess.run([sys.executable, str(script), "--check"], capture_output=True, text=True)
+    if out.returncode != 0:
+        return None
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
 def vllm_process_env() -> dict[str, str]:
     env = dict(os.environ)
     env.update(VLLM_TARGET_DEVICE="cpu", VLLM_CPU_KVCACHE_SPACE="1", VLLM_HOST_IP="127.0.0.1")

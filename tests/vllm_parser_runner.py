@@ -10,7 +10,8 @@ Reads one JSON document on stdin::
 and writes one JSON document on stdout: per case, the whole parse (``Parser.parse``, as vLLM's
 chat completion does for a non-streamed response) and one streamed parse per chunking
 (``Parser.parse_delta`` per chunk, as its streaming response does), each as
-``{"reasoning", "content", "calls": [[name, arguments], ...]}`` or ``{"error": "..."}``. The
+``{"reasoning", "content", "calls": [[name, arguments], ...]}`` or ``{"error": "..."}`` (a
+parser name vLLM does not register: ``{"missing": true}``). The
 parser classes come from ``ParserManager.get_parser``, as ``vllm serve --enable-auto-tool-choice
 --tool-call-parser X --reasoning-parser Y`` builds them.
 
@@ -71,9 +72,14 @@ def main() -> None:
                 is_harmony=harmony,
             )
         except Exception as exc:  # an unknown name, say
-            out["cases"][case["id"]] = {"whole": _error(exc), "streams": []}
+            if "has not been registered" in str(exc):
+                out["cases"][case["id"]] = {"missing": True}
+            else:
+                out["cases"][case["id"]] = {"whole": _error(exc), "streams": []}
             continue
         body = {"model": "m", "messages": [{"role": "user", "content": "hi"}]}
+        if case["kwargs"]:  # as vLLM's serving has them on the request too
+            body["chat_template_kwargs"] = dict(case["kwargs"])
         if case["tools"]:
             body["tools"] = case["tools"]
             body["tool_choice"] = "auto"

@@ -47,6 +47,7 @@ def _serve(args: argparse.Namespace) -> int:
     tok, name = server.load_tokenizer(args)
     try:
         defaults = output.generation_defaults(args, tok)
+        features = output.with_response_template(features, tok)
     except ValueError as exc:
         raise SystemExit(f"tokenwire: {exc}") from None
     model_media, media_limits = media.media_features(args, tok)

@@ -11,12 +11,19 @@ that does so (see docs/output.md, "Parsers of one's own")."""
 from __future__ import annotations
 
 from tokenwire.parsers.harmony import GptOssReasoningParser, OpenAIToolParser
+from tokenwire.parsers.muse import MuseReasoningParser, MuseToolParser
 from tokenwire.parsers.reasoning import (
     REASONING_PARSERS,
     ReasoningDelta,
     ReasoningParser,
     ReasoningStream,
     prompt_opens_reasoning,
+)
+from tokenwire.parsers.response_template import (
+    ResponseTemplate,
+    ResponseTemplateError,
+    ResponseTemplateReasoningParser,
+    ResponseTemplateToolParser,
 )
 from tokenwire.parsers.tools import (
     TOOL_CALL_PARSERS,
@@ -31,6 +38,10 @@ from tokenwire.parsers.tools.xml import XmlMarkup, XmlToolParser
 
 REASONING_PARSERS[GptOssReasoningParser.name] = GptOssReasoningParser
 TOOL_CALL_PARSERS[OpenAIToolParser.name] = OpenAIToolParser
+REASONING_PARSERS[MuseReasoningParser.name] = MuseReasoningParser
+TOOL_CALL_PARSERS[MuseToolParser.name] = MuseToolParser
+REASONING_PARSERS[ResponseTemplateReasoningParser.name] = ResponseTemplateReasoningParser
+TOOL_CALL_PARSERS[ResponseTemplateToolParser.name] = ResponseTemplateToolParser
 
 from tokenwire.parsers.plugins import (  # noqa: E402  (the registries are complete first)
     ParserPluginError,
@@ -48,6 +59,8 @@ __all__ = [
     "ReasoningDelta",
     "ReasoningParser",
     "ReasoningStream",
+    "ResponseTemplate",
+    "ResponseTemplateError",
     "ToolCall",
     "ToolCallDelta",
     "ToolCallParser",

@@ -184,6 +184,11 @@ class ReasoningParser(ReasoningStream):
             state = self._state
             if state == _START:
                 tag = next((t for t in self.start_tags if buf.startswith(t)), None)
+                if not final and any(
+                    len(t) > len(buf) and t.startswith(buf) for t in self.start_tags
+                ):
+                    self._buf = buf  # a longer opening tag may still come
+                    return out
                 if tag is not None:
                     self._consumed += len(tag)
                     buf = buf[len(tag) :]
@@ -358,6 +363,257 @@ class Olmo3ReasoningParser(ReasoningParser):
     implicit_start = True
 
 
+class Glm47ReasoningParser(Glm45ReasoningParser):
+    """GLM-4.7: GLM-4.5's markers."""
+
+    name = "glm47"
+
+
+class Ling3ReasoningParser(Glm45ReasoningParser):
+    """Ling 3: GLM's markers."""
+
+    name = "ling3"
+
+
+class NemotronV3ReasoningParser(ReasoningParser):
+    """Nemotron 3: Qwen3's ``<think>`` markers."""
+
+    name = "nemotron_v3"
+
+
+class GraniteThinkingReasoningParser(ReasoningParser):
+    """Granite 4.2 thinking: Nemotron 3's (Qwen3's) markers."""
+
+    name = "granite_thinking_parser"
+
+
+class MiMoReasoningParser(ReasoningParser):
+    """MiMo: Qwen3's ``<think>`` markers."""
+
+    name = "mimo"
+
+
+class HYV3ReasoningParser(ReasoningParser):
+    """Hunyuan (HY) v3: ``<think>`` ... ``</think>``."""
+
+    name = "hy_v3"
+    needs_special_tokens = True
+
+
+class HYV4ReasoningParser(ReasoningParser):
+    """Hunyuan (HY) v4: ``<think>`` ... ``</think>``; a ``<tool_calls>`` ends unclosed
+    thinking."""
+
+    name = "hy_v4"
+    needs_special_tokens = True
+    end_keep_tags = ("<tool_calls>",)
+
+
+class DeepSeekV4ReasoningParser(ReasoningParser):
+    """DeepSeek-V4: thinking its template opens in the prompt, until ``</think>``; a DSML
+    tool-calls block ends unclosed thinking."""
+
+    name = "deepseek_v4"
+    end_keep_tags = ("<｜DSML｜tool_calls>", "<｜DSML｜toolcalls>", "<｜DSML｜tool>")
+
+
+class DeepSeekV41ReasoningParser(ReasoningParser):
+    """DeepSeek-V4.1: DeepSeek-V4's, its spaced ``<｜DSML｜ calls>`` block ending unclosed
+    thinking."""
+
+    name = "deepseek_v41"
+    end_keep_tags = ("<｜DSML｜ calls>",)
+
+
+class Holo2ReasoningParser(DeepSeekV3ReasoningParser):
+    """Holo2: DeepSeek-V3's (vLLM's mapping)."""
+
+    name = "holo2"
+
+
+class PoolsideV1ReasoningParser(DeepSeekV3ReasoningParser):
+    """Poolside: DeepSeek-V3's."""
+
+    name = "poolside_v1"
+
+
+class Step3p5ReasoningParser(ReasoningParser):
+    """Step-3.5 / Step-3.7: thinking until ``</think>`` (the template always opens it); a
+    ``<tool_call>`` ends unclosed thinking."""
+
+    name = "step3p5"
+    implicit_start = True
+    end_keep_tags = ("<tool_call>",)
+
+
+class Step5ReasoningParser(DeepSeekR1ReasoningParser):
+    """Step-5: DeepSeek-R1's (vLLM's mapping)."""
+
+    name = "step5"
+
+
+class KimiK3ReasoningParser(ReasoningParser):
+    """Kimi K3's XTML channels: ``<|open|>think<|sep|>`` ... ``<|close|>think<|sep|>``, the
+    answer in ``<|open|>response<|sep|>`` ... ``<|close|>response<|sep|>`` (dropped); the tools
+    channel ends unclosed thinking."""
+
+    name = "kimi_k3"
+    needs_special_tokens = True
+    start_tags = ("<|open|>think<|sep|>",)
+    end_tags = ("<|close|>think<|sep|>",)
+    end_keep_tags = ("<|open|>tools<|sep|>",)
+    answer_tags = ("<|open|>response<|sep|>", "<|close|>response<|sep|>")
+
+
+class Gemma4ReasoningParser(ReasoningParser):
+    """Gemma 4: ``<|channel>thought`` ... ``<channel|>`` (the ``thought`` label dropped); a
+    ``<|tool_call>`` ends unclosed thinking."""
+
+    name = "gemma4"
+    needs_special_tokens = True
+    start_tags = ("<|channel>thought\n", "<|channel>thought", "<|channel>")
+    end_tags = ("<channel|>",)
+    end_keep_tags = ("<|tool_call>",)
+
+
+class MinimaxM3ReasoningParser(ReasoningParser):
+    """MiniMax-M3: ``<mm:think>`` ... ``</mm:think>``; a tool call ends unclosed thinking."""
+
+    name = "minimax_m3"
+    needs_special_tokens = True
+    start_tags = ("<mm:think>",)
+    end_tags = ("</mm:think>",)
+    end_keep_tags = ("]<]minimax[>[<tool_call>",)
+
+
+class CohereCommand3ReasoningParser(ReasoningParser):
+    """Command A reasoning: ``<|START_THINKING|>`` ... ``<|END_THINKING|>``, the answer in
+    ``<|START_RESPONSE|>`` ... ``<|END_RESPONSE|>`` (dropped); an action ends unclosed
+    thinking."""
+
+    name = "cohere_command3"
+    needs_special_tokens = True
+    start_tags = ("<|START_THINKING|>",)
+    end_tags = ("<|END_THINKING|>",)
+    end_keep_tags = ("<|START_ACTION|>",)
+    answer_tags = ("<|START_RESPONSE|>", "<|END_RESPONSE|>")
+
+
+class CohereCommand4ReasoningParser(CohereCommand3ReasoningParser):
+    """Command A 4: the same markers."""
+
+    name = "cohere_command4"
+
+
+class InklingReasoningParser(ReasoningParser):
+    """Inkling's blocks: ``<|message_model|><|content_thinking|>`` ... ``<|end_message|>`` is
+    thinking, the text block after it the answer (its markup dropped); a tool block ends
+    unclosed thinking."""
+
+    name = "inkling"
+    needs_special_tokens = True
+    start_tags = ("<|message_model|><|content_thinking|>",)
+    end_tags = ("<|end_message|>", "<|content_model_end_sampling|>")
+    end_keep_tags = ("<|message_model|><|content_invoke_tool_json|>",)
+    answer_tags = ("<|message_model|><|content_text|>", "<|end_message|>")
+
+
+class K2HorizonReasoningParser(ReasoningParser):
+    """K2 Horizon: thinking from the start (its template opens ``<ifm|think>``, or
+    ``<ifm|think_fast>``, ``<ifm|think_faster>`` by effort) until the closing tag; a tool-calls
+    block ends unclosed thinking."""
+
+    name = "k2_horizon"
+    needs_special_tokens = True
+    implicit_start = True
+    start_tags = ("<ifm|think>", "<ifm|think_fast>", "<ifm|think_faster>")
+    end_tags = ("</ifm|think>", "</ifm|think_fast>", "</ifm|think_faster>")
+    end_keep_tags = ("<ifm|tool_calls>",)
+
+
+class Plamo3ReasoningParser(ReasoningParser):
+    """PLaMo 3: ``<|plamo:begin_think:plamo|>`` ... ``<|plamo:end_think:plamo|>``."""
+
+    name = "plamo3"
+    start_tags = ("<|plamo:begin_think:plamo|>",)
+    end_tags = ("<|plamo:end_think:plamo|>",)
+    end_keep_tags = ("<|plamo:begin_tool_requests:plamo|>",)
+
+
+class Apertus2509ReasoningParser(ReasoningParser):
+    """Apertus: ``<|inner_prefix|>`` ... ``<|inner_suffix|>`` (SGLang's ``apertus2509``)."""
+
+    name = "apertus"
+    needs_special_tokens = True
+    start_tags = ("<|inner_prefix|>",)
+    end_tags = ("<|inner_suffix|>",)
+
+
+class KimiReasoningParser(ReasoningParser):
+    """Kimi-VL thinking: ``◁think▷`` ... ``◁/think▷`` (SGLang's ``kimi``)."""
+
+    name = "kimi"
+    start_tags = ("◁think▷",)
+    end_tags = ("◁/think▷",)
+
+
+class Qwen3ThinkingReasoningParser(ReasoningParser):
+    """Qwen3 thinking-only models: thinking from the start until ``</think>`` (the template
+    opens it; SGLang's ``qwen3-thinking``)."""
+
+    name = "qwen3_thinking"
+    implicit_start = True
+
+
+class PassthroughReasoningParser(ReasoningStream):
+    """``passthrough``: no thinking is split off; the output is the answer (smg's name)."""
+
+    name = "passthrough"
+
+    def __init__(self, *, prompt_in_reasoning: bool = False) -> None:
+        self.reasoning_end = None
+
+    @property
+    def decided(self) -> bool:
+        return True
+
+    @property
+    def in_reasoning(self) -> bool:
+        return False
+
+    def _run(self, text: str, *, final: bool) -> ReasoningDelta:
+        return ReasoningDelta(content=text)
+
+
+class MinimaxM2AppendThinkReasoningParser(ReasoningStream):
+    """``minimax_m2_append_think``: no split; the whole output is the answer with the
+    ``<think>`` its template wrote put back in front (for clients that keep MiniMax-M2's
+    thinking in the conversation)."""
+
+    name = "minimax_m2_append_think"
+    needs_special_tokens = True
+
+    def __init__(self, *, prompt_in_reasoning: bool = False) -> None:
+        self._started = False
+        self.reasoning_end = None
+
+    @property
+    def decided(self) -> bool:
+        return True
+
+    @property
+    def in_reasoning(self) -> bool:
+        return False
+
+    def _run(self, text: str, *, final: bool) -> ReasoningDelta:
+        if not text:
+            return ReasoningDelta()
+        if not self._started:
+            self._started = True
+            text = "<think>" + text
+        return ReasoningDelta(content=text)
+
+
 REASONING_PARSERS: dict[str, Any] = {
     cls.name: cls
     for cls in (
@@ -374,6 +630,32 @@ REASONING_PARSERS: dict[str, Any] = {
         KimiK2ReasoningParser,
         Ernie45ReasoningParser,
         Olmo3ReasoningParser,
+        Glm47ReasoningParser,
+        Ling3ReasoningParser,
+        NemotronV3ReasoningParser,
+        GraniteThinkingReasoningParser,
+        MiMoReasoningParser,
+        HYV3ReasoningParser,
+        HYV4ReasoningParser,
+        DeepSeekV4ReasoningParser,
+        DeepSeekV41ReasoningParser,
+        Holo2ReasoningParser,
+        PoolsideV1ReasoningParser,
+        Step3p5ReasoningParser,
+        Step5ReasoningParser,
+        KimiK3ReasoningParser,
+        Gemma4ReasoningParser,
+        MinimaxM3ReasoningParser,
+        MinimaxM2AppendThinkReasoningParser,
+        PassthroughReasoningParser,
+        CohereCommand3ReasoningParser,
+        CohereCommand4ReasoningParser,
+        InklingReasoningParser,
+        K2HorizonReasoningParser,
+        Plamo3ReasoningParser,
+        Apertus2509ReasoningParser,
+        KimiReasoningParser,
+        Qwen3ThinkingReasoningParser,
     )
 }
 

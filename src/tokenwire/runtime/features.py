@@ -12,8 +12,16 @@ from tokenwire.chat import CONTENT_FORMATS
 from tokenwire.generation_config import GenerationDefaults
 from tokenwire.multimodal import MediaLimits, ModelMedia
 from tokenwire.parsers import REASONING_PARSERS, TOOL_CALL_PARSERS
+from tokenwire.parsers.names import resolve_reasoning_parser, resolve_tool_parser
 
-__all__ = ["DEFAULT_FEATURES", "REASONING_FIELDS", "Features"]
+__all__ = ["DEFAULT_FEATURES", "REASONING_FIELDS", "STRICT_LEVELS", "Features"]
+
+#: ``--tool-strict-level`` choices (vLLM's names; SGLang's ``SGLANG_TOOL_STRICT_LEVEL`` 0, 1, 2):
+#: ``auto`` constrains a ``tool_choice: auto`` call's arguments for the tools marked ``strict``,
+#: ``function`` constrains every call to the request's functions, ``parameter`` also pins every
+#: tool's arguments to its schema; ``off`` (vLLM's ``VLLM_ENFORCE_STRICT_TOOL_CALLING=0``)
+#: constrains none.
+STRICT_LEVELS = ("auto", "function", "parameter", "off")
 
 #: ``--reasoning-field`` choices: vLLM's current field, SGLang's/DeepSeek's, or both.
 REASONING_FIELDS = ("reasoning", "reasoning_content", "both")
@@ -23,11 +31,12 @@ REASONING_FIELDS = ("reasoning", "reasoning_content", "both")
 class Features:
     """Server options about model output (``tokenwire serve`` flags, vLLM's names)."""
 
-    #: ``--reasoning-parser``: a name in ``REASONING_PARSERS``.
+    #: ``--reasoning-parser``: a name in ``REASONING_PARSERS`` (a peer's alias of one is taken
+    #: as that name).
     reasoning_parser: str | None = None
     #: ``--reasoning-field``: where the thinking text goes in messages and deltas.
     reasoning_field: str = "reasoning"
-    #: ``--tool-call-parser``: a name in ``TOOL_CALL_PARSERS``.
+    #: ``--tool-call-parser``: a name in ``TOOL_CALL_PARSERS`` (or a peer's alias of one).
     tool_call_parser: str | None = None
     #: ``--enable-auto-tool-choice``: parse the model's own tool calls (``tool_choice: auto``).
     enable_auto_tool_choice: bool = False
@@ -57,18 +66,32 @@ class Features:
     #: ``--return-tokens-as-token-ids``: logprob tokens as ``token_id:N`` unless a request's
     #: ``return_tokens_as_token_ids`` says otherwise (vLLM's flag).
     return_tokens_as_token_ids: bool = False
+    #: The checkpoint's ``response_template`` (a ``ResponseTemplate``), which the ``hf``
+    #: parsers read.
+    response_template: Any = None
+    #: ``--tool-strict-level``: how a strict function tool constrains a ``tool_choice: auto``
+    #: call (``STRICT_LEVELS``).
+    tool_strict_level: str = "auto"
 
     def __post_init__(self) -> None:
-        if self.reasoning_parser is not None and self.reasoning_parser not in REASONING_PARSERS:
-            raise ValueError(
-                f"reasoning parser must be one of {', '.join(REASONING_PARSERS)}, "
-                f"got {self.reasoning_parser!r}"
-            )
-        if self.tool_call_parser is not None and self.tool_call_parser not in TOOL_CALL_PARSERS:
-            raise ValueError(
-                f"tool-call parser must be one of {', '.join(TOOL_CALL_PARSERS)}, "
-                f"got {self.tool_call_parser!r}"
-            )
+        if self.reasoning_parser is not None:
+            name = resolve_reasoning_parser(self.reasoning_parser)
+            if name is None:
+                raise ValueError(
+                    f"reasoning parser must be one of {', '.join(REASONING_PARSERS)} (or a "
+                    f"peer's name for one), got {self.reasoning_parser!r}"
+                )
+            object.__setattr__(self, "reasoning_parser", name)
+        if self.tool_call_parser is not None:
+            name = resolve_tool_parser(self.tool_call_parser)
+            if name is None:
+                raise ValueError(
+                    f"tool-call parser must be one of {', '.join(TOOL_CALL_PARSERS)} (or a "
+                    f"peer's name for one), got {self.tool_call_parser!r}"
+                )
+            object.__setattr__(self, "tool_call_parser", name)
+        if self.tool_strict_level not in STRICT_LEVELS:
+            raise ValueError(f"tool strict level must be one of {', '.join(STRICT_LEVELS)}")
         if self.reasoning_field not in REASONING_FIELDS:
             raise ValueError(f"reasoning field must be one of {', '.join(REASONING_FIELDS)}")
         if self.max_logprobs < 0:

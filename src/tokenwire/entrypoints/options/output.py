@@ -4,17 +4,27 @@ and tool-call parsers; read into the runtime's ``Features``."""
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
+import os
+from collections.abc import Mapping
 from typing import Any
 
 from tokenwire.chat import CONTENT_FORMATS, load_chat_template
 from tokenwire.generation_config import GenerationDefaults, load_generation_defaults
-from tokenwire.parsers import REASONING_PARSERS, TOOL_CALL_PARSERS
+from tokenwire.parsers import (
+    REASONING_PARSERS,
+    TOOL_CALL_PARSERS,
+    ResponseTemplate,
+    ResponseTemplateReasoningParser,
+    ResponseTemplateToolParser,
+)
+from tokenwire.parsers.names import REASONING_PARSER_ALIASES, TOOL_PARSER_ALIASES
 from tokenwire.parsers.plugins import load_parser_plugin
-from tokenwire.runtime.features import REASONING_FIELDS, Features
+from tokenwire.runtime.features import REASONING_FIELDS, STRICT_LEVELS, Features
 from tokenwire.tokenizer import Tokenizer
 
-__all__ = ["add_arguments", "features", "generation_defaults"]
+__all__ = ["add_arguments", "features", "generation_defaults", "with_response_template"]
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -90,7 +100,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default=None,
         metavar="NAME",
         help="split the model's thinking from its answer into message.reasoning: "
-        f"{', '.join(sorted(REASONING_PARSERS))}, or one a --reasoning-parser-plugin registers",
+        f"{', '.join(sorted(REASONING_PARSERS))}; SGLang's, smg's and vLLM 0.33's names for "
+        f"them: {_aliases(REASONING_PARSER_ALIASES)}; or one a --reasoning-parser-plugin "
+        "registers",
     )
     group.add_argument(
         "--reasoning-field",
@@ -104,7 +116,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default=None,
         metavar="NAME",
         help="the model's tool-call markup, parsed into message.tool_calls: "
-        f"{', '.join(sorted(TOOL_CALL_PARSERS))}, or one a --tool-parser-plugin registers",
+        f"{', '.join(sorted(TOOL_CALL_PARSERS))}; SGLang's and smg's names for them: "
+        f"{_aliases(TOOL_PARSER_ALIASES)}; or one a --tool-parser-plugin registers",
     )
     group.add_argument(
         "--tool-parser-plugin",
@@ -123,11 +136,28 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "register_reasoning_parser), then named by --reasoning-parser (repeatable)",
     )
     group.add_argument(
+        "--tool-strict-level",
+        choices=STRICT_LEVELS[:3],
+        default=None,
+        help="how a tool_choice auto call is constrained (the engine's grammar, once the model "
+        "starts a call): auto, the arguments of tools marked strict to their schema; function, "
+        "every call to one of the request's functions; parameter, also every tool's arguments "
+        "to its schema; for the tool-call formats whose arguments are one JSON value after a "
+        "fixed head (hermes, internlm, llama3_json, mistral, deepseek_v31, kimi_k2, ...) "
+        "(default: SGLang's SGLANG_TOOL_STRICT_LEVEL 0, 1 or 2 when set, else auto; "
+        "VLLM_ENFORCE_STRICT_TOOL_CALLING=0 turns it off)",
+    )
+    group.add_argument(
         "--enable-auto-tool-choice",
         action="store_true",
         help="parse tool calls the model chooses to make (tool_choice auto, the default when "
         "a request has tools); needs --tool-call-parser",
     )
+
+
+def _aliases(table: Any) -> str:
+    """``alias (name)`` for each peer's name, for --help (% escaped for argparse)."""
+    return ", ".join(f"{alias} ({name})" for alias, (name, _) in sorted(table.items()))
 
 
 def _json_object(flag: str) -> Any:
@@ -174,4 +204,43 @@ def features(args: argparse.Namespace) -> Features:
         default_chat_template_kwargs=args.default_chat_template_kwargs or {},
         prompt_tokens_details=args.enable_prompt_tokens_details,
         return_tokens_as_token_ids=args.return_tokens_as_token_ids,
+        tool_strict_level=tool_strict_level(args.tool_strict_level),
     )
+
+
+def tool_strict_level(flag: str | None, env: Mapping[str, str] | None = None) -> str:
+    """``--tool-strict-level``, else SGLang's ``SGLANG_TOOL_STRICT_LEVEL`` (0: strict tools
+    only, 1 function, 2 parameter), else ``auto``; ``off`` when vLLM's
+    ``VLLM_ENFORCE_STRICT_TOOL_CALLING`` is set to neither true nor 1 and no level is given."""
+    if flag is not None:
+        return flag
+    env = os.environ if env is None else env
+    enforce = env.get("VLLM_ENFORCE_STRICT_TOOL_CALLING", "true").lower() in ("true", "1")
+    if not enforce and "SGLANG_TOOL_STRICT_LEVEL" not in env:  # vLLM's reading of it
+        return "off"
+    raw = env.get("SGLANG_TOOL_STRICT_LEVEL")
+    if raw is None or not raw.strip():
+        return "auto"
+    try:
+        return STRICT_LEVELS[int(raw)]
+    except (ValueError, IndexError):
+        raise ValueError(f"SGLANG_TOOL_STRICT_LEVEL must be 0, 1 or 2, got {raw!r}") from None
+
+
+def with_response_template(features: Features, tok: Tokenizer) -> Features:
+    """``features`` with the checkpoint's ``response_template`` when an ``hf`` parser reads
+    it; ``ValueError`` when the tokenizer has none or tokenwire cannot serve it."""
+    if "hf" not in (features.tool_call_parser, features.reasoning_parser):
+        return features
+    spec = tok.config.get("response_template")
+    if spec is None:
+        raise ValueError(
+            "the hf parsers read the checkpoint's response_template, and this tokenizer's "
+            "tokenizer_config.json has none"
+        )
+    template = ResponseTemplate.load(spec)
+    if features.tool_call_parser == "hf":
+        ResponseTemplateToolParser.for_template(template)
+    if features.reasoning_parser == "hf":
+        ResponseTemplateReasoningParser.for_template(template)
+    return dataclasses.replace(features, response_template=template)

@@ -20,7 +20,9 @@ from typing import Any, ClassVar
 from tokenwire.parsers.tools.values import ToolSchemas
 
 __all__ = [
+    "NAMED",
     "JsonCallStreamer",
+    "JsonShape",
     "JsonValueStreamer",
     "ToolCall",
     "ToolCallDelta",
@@ -206,6 +208,13 @@ class ToolCallParser:
         """Consume ``self._buf`` as far as is certain, adding to ``out``."""
         raise NotImplementedError
 
+    @classmethod
+    def strict_call(cls, name: str) -> tuple[str, str, str] | None:
+        """How one call of ``name`` is written around its arguments' JSON, as a structural tag
+        constrains it (``--tool-strict-level``): ``(trigger, begin, end)``, or None when the
+        format's arguments are not one JSON value after a fixed head."""
+        return None
+
 
 # ---- JSON, streamed ------------------------------------------------------------------------------
 
@@ -213,13 +222,16 @@ class ToolCallParser:
 class JsonValueStreamer:
     """One JSON value's raw text, piece by piece: ``push`` returns the value text that is certain
     so far (leading space dropped; a bare number or literal only once it is over) and stops at
-    the value's end (``end``: characters of pushed text it took, leading space included)."""
+    the value's end (``end``: characters of pushed text it took, leading space included).
+
+    Each character is scanned once and no text is kept but the pieces given back, so a value
+    the output never closes costs time linear in its length, whatever the number of pushes."""
 
     def __init__(self) -> None:
-        self._text = ""
-        self._start = -1  # where the value starts in _text
-        self._pos = 0
-        self._sent = 0
+        self._taken = 0  # characters of pushed text taken (leading space included)
+        self._started = False
+        self._bare = False  # a number or literal (given whole at its end)
+        self._parts: list[str] = []  # the value's text so far
         self._depth = 0
         self._in_str = False
         self._esc = False
@@ -233,96 +245,227 @@ class JsonValueStreamer:
 
     @property
     def started(self) -> bool:
-        return self._start >= 0
+        return self._started
 
     def push(self, text: str, *, final: bool = False) -> str:
         """Take more text; ``final``: no more comes (a bare value ends with it)."""
         if self.complete:
             self.rest = text
             return ""
-        piece = self._push(text, final)
-        if self.complete:
-            self.rest = self._text[self.end :]
-            self._text = self._text[: self.end]
+        if not self._started:
+            s = text.lstrip()
+            self._taken += len(text) - len(s)
+            if not s:
+                return ""
+            self._started = True
+            self._bare = s[0] not in '{["'
+            text = s
+        if self._bare:
+            m = _BARE_END.search(text)
+            if m is None and not final:
+                self._parts.append(text)
+                self._taken += len(text)
+                return ""
+            i = len(text) if m is None else m.start()
+            self._parts.append(text[:i])
+            value = "".join(self._parts)
+            self._parts = [value]
+            return self._stop(text, i, value)
+        i = self._scan(text)
+        piece = text[:i]
+        self._parts.append(piece)
+        if self._depth == 0 and not self._in_str:  # the value closed at i
+            return self._stop(text, i, piece)
+        self._taken += i
         return piece
 
-    def _push(self, text: str, final: bool) -> str:
-        self._text += text
-        t = self._text
-        if self._start < 0:
-            stripped = len(t) - len(t.lstrip())
-            if stripped == len(t):
-                return ""
-            self._start = self._pos = stripped
-        first = t[self._start]
-        i = self._pos
-        n = len(t)
-        if first in '{["':
-            depth, in_str, esc = self._depth, self._in_str, self._esc
-            while i < n:
-                c = t[i]
+    def _stop(self, text: str, i: int, piece: str) -> str:
+        self._taken += i
+        self.end = self._taken
+        self.rest = text[i:]
+        return piece
+
+    def _scan(self, text: str) -> int:
+        """Scan ``text`` on from the state so far; where the value ends in it (just past its
+        last character), or ``len(text)``."""
+        depth, in_str, esc = self._depth, self._in_str, self._esc
+        i, n = 0, len(text)
+        while i < n:
+            if esc:
+                esc = False
                 i += 1
-                if in_str:
-                    if esc:
-                        esc = False
-                    elif c == "\\":
-                        esc = True
-                    elif c == '"':
-                        in_str = False
-                        if depth == 0:
-                            self.end = i
-                            break
-                elif c == '"':
-                    in_str = True
-                elif c in "{[":
-                    depth += 1
-                elif c in "}]":
-                    depth -= 1
+                continue
+            m = (_IN_STRING if in_str else _OUTSIDE).search(text, i)
+            if m is None:
+                i = n
+                break
+            c = m.group()
+            i = m.end()
+            if in_str:
+                if c == "\\":
+                    esc = True
+                else:
+                    in_str = False
                     if depth == 0:
-                        self.end = i
                         break
-            self._depth, self._in_str, self._esc = depth, in_str, esc
-            self._pos = i
-            piece = t[self._start + self._sent : i]
-            self._sent += len(piece)
-            return piece
-        while i < n and t[i] not in ",}] \t\r\n;":
-            i += 1
-        self._pos = i
-        if i < n or final:
-            self.end = i
-            return t[self._start : i]
-        return ""
+            elif c == '"':
+                in_str = True
+            elif c in "{[":
+                depth += 1
+            else:
+                depth -= 1
+                if depth <= 0:
+                    depth = 0
+                    break
+        self._depth, self._in_str, self._esc = depth, in_str, esc
+        return i
 
     def value_text(self) -> str:
         """The value's text so far."""
-        if self._start < 0:
-            return ""
-        stop = self.end if self.complete else len(self._text)
-        return self._text[self._start : stop]
+        return "".join(self._parts)
 
 
-# ``{"name": "...", "arguments": `` (or "parameters"): the name comes first.
-_HEAD = re.compile(
-    r'\s*\{\s*"name"\s*:\s*"((?:[^"\\]|\\.)*)"\s*,\s*"(?:arguments|parameters)"\s*:',
-    re.DOTALL,
-)
+_IN_STRING = re.compile(r'["\\]')
+_OUTSIDE = re.compile(r'["{}\[\]]')
+_BARE_END = re.compile(r"[,}\] \t\r\n;]")
+
+
+@dataclass(frozen=True)
+class JsonShape:
+    """How a family writes one call as a JSON object: ``{"name": NAME, "arguments": ARGS}``
+    under its keys for the two, or ``{NAME: ARGS}`` (``keyed``, Apertus)."""
+
+    #: Keys of the name, the first the one a call may stream after.
+    names: tuple[str, ...] = ("name",)
+    #: Keys of the arguments.
+    arguments: tuple[str, ...] = ("arguments", "parameters")
+    #: The object's one key is the name, its value the arguments.
+    keyed: bool = False
+    #: Keys of string values the family writes before the name (Cohere's ``tool_call_id``).
+    lead: tuple[str, ...] = ()
+
+    def head(self) -> tuple[str | tuple[str, ...] | None, ...]:
+        """The tokens of the head a call streams after (see ``_HeadScanner``)."""
+        if self.keyed:
+            return ("{", '"', None, ":")
+        keys = tuple(json.dumps(k) for k in self.arguments)
+        lead: tuple[str | None, ...] = ()
+        for key in self.lead:
+            lead += (json.dumps(key), ":", '"', _SKIP, ",")
+        return ("{", *lead, json.dumps(self.names[0]), ":", '"', None, ",", keys, ":")
+
+    def call(self, obj: Any) -> tuple[str, Any] | None:
+        """``(name, arguments)`` of a whole call object, or None when it is none."""
+        if not isinstance(obj, dict):
+            return None
+        if self.keyed:
+            if len(obj) != 1:
+                return None
+            ((name, args),) = obj.items()
+            return (name, args) if isinstance(args, dict) else None
+        name = next((obj[k] for k in self.names if isinstance(obj.get(k), str)), None)
+        if name is None:
+            return None
+        return name, next((obj[k] for k in self.arguments if k in obj), {})
+
+
+#: Hermes' shape, most families'.
+NAMED = JsonShape()
+#: A head token: a string value that is not the name (its opening quote already matched).
+_SKIP = ""
+
+
+class _HeadScanner:
+    """A call's head (``{"name": "...", "arguments":``, as its shape writes it) at an object's
+    start, matched as the text comes, each character once: ``feed`` returns where the head ends
+    in the piece once it is complete; ``dead`` once the object cannot start so."""
+
+    def __init__(self, shape: JsonShape = NAMED) -> None:
+        #: The head's tokens, space allowed before each: literals, the name string (None), and
+        #: the arguments key (a tuple of the keys it may be).
+        self._tokens = shape.head()
+        self._token = 0
+        self._matched = ""  # of the current literal token
+        self._name: list[str] = []
+        self._esc = False
+        self.dead = False
+        self.name: str | None = None
+
+    def feed(self, text: str) -> int | None:
+        tokens = self._tokens
+        i, n = 0, len(text)
+        while i < n and not self.dead:
+            want = tokens[self._token]
+            if want is None or want == _SKIP:  # in the name string, or a string skipped
+                if self._esc:
+                    self._esc = False
+                    self._name.append(text[i])
+                    i += 1
+                    continue
+                m = _IN_STRING.search(text, i)
+                stop = n if m is None else m.start()
+                self._name.append(text[i:stop])
+                if m is None:
+                    return None
+                i = m.end()
+                if m.group() == "\\":
+                    self._name.append("\\")
+                    self._esc = True
+                    continue
+                if want == _SKIP:
+                    self._name = []
+                    self._token += 1
+                    continue
+                raw = "".join(self._name)
+                try:
+                    self.name = json.loads('"' + raw + '"')
+                except json.JSONDecodeError:
+                    self.name = raw
+                self._token += 1
+                continue
+            c = text[i]
+            if not self._matched and c.isspace():
+                i += 1
+                continue
+            options = want if isinstance(want, tuple) else (want,)
+            so_far = self._matched + c
+            if not any(o.startswith(so_far) for o in options):
+                self.dead = True
+                return None
+            i += 1
+            if so_far in options:
+                self._matched = ""
+                self._token += 1
+                if self._token == len(tokens):
+                    return i
+            else:
+                self._matched = so_far
+        return None
 
 
 class JsonCallStreamer:
     """One ``{"name": ..., "arguments": ...}`` object, piece by piece: the name as soon as it is
     complete, then the arguments' raw JSON text as it comes; ``complete`` once the object's
     closing brace is seen (``end``: characters of pushed text it took, leading space included).
-    An object that does not start with its name is parsed whole by ``close``."""
+    An object that does not start with its name is parsed whole by ``close``. Linear in the
+    object's length, however it is pushed."""
 
-    def __init__(self) -> None:
-        self.text = ""
+    def __init__(self, shape: JsonShape = NAMED) -> None:
+        self.shape = shape
+        self._parts: list[str] = []
         self.name: str | None = None
         self._object = JsonValueStreamer()
+        self._head = _HeadScanner(shape)
         self._args: JsonValueStreamer | None = None
-        self._args_from = 0  # where the arguments value text starts in self.text
         #: The text of the last ``push`` past the object's end.
         self.rest = ""
+
+    @property
+    def text(self) -> str:
+        """The object's text so far."""
+        if len(self._parts) > 1:
+            self._parts = ["".join(self._parts)]
+        return self._parts[0] if self._parts else ""
 
     @property
     def complete(self) -> bool:
@@ -342,25 +485,19 @@ class JsonCallStreamer:
         if self.complete:
             self.rest = text
             return None, ""
-        before = len(self.text)
         self._object.push(text, final=final)
         self.rest = self._object.rest
-        self.text += text[: len(text) - len(self.rest)]
+        new = text[: len(text) - len(self.rest)]
+        self._parts.append(new)
         name = None
-        if self.name is None and self._args is None:
-            m = _HEAD.match(self.text)
-            if m is not None:
-                try:
-                    name = json.loads('"' + m.group(1) + '"')
-                except json.JSONDecodeError:
-                    name = m.group(1)
-                self.name = name
+        if self.name is None and self._args is None and not self._head.dead:
+            at = self._head.feed(new)
+            if at is not None:
+                name = self.name = self._head.name
                 self._args = JsonValueStreamer()
-                self._args_from = m.end()
-                before = m.end()
+                new = new[at:]
         if self._args is None:
             return name, ""
-        new = self.text[max(before, self._args_from) :]
         return name, self._args.push(new, final=final or self.complete)
 
     def close(self) -> tuple[str, str] | None:
@@ -372,10 +509,8 @@ class JsonCallStreamer:
             obj = strict_json(self.text)
         except ValueError:
             return None
-        if not isinstance(obj, dict) or not isinstance(obj.get("name"), str):
+        call = self.shape.call(obj)
+        if call is None:
             return None
-        args = obj.get("arguments", obj.get("parameters", {}))
-        self.name = obj["name"]
-        return obj["name"], (
-            args if isinstance(args, str) else json.dumps(args, ensure_ascii=False)
-        )
+        self.name, args = call
+        return self.name, (args if isinstance(args, str) else json.dumps(args, ensure_ascii=False))

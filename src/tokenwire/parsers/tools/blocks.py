@@ -1,7 +1,7 @@
 """Calls written as a block between two tags and read whole when the block closes: OLMo 3's
 Python calls and FunctionGemma's own notation. ``BlockToolParser`` finds the block (its closing
 tag counts only outside the format's string literals, so a tag inside an argument does not end
-it) and hands its text to the format's ``calls``. A block that is no calls, or that the output
+it) and hands its text to the format's ``read_calls``. A block that is no calls, or that the output
 never closes (cut short by the token limit), stays in the content as written; space right after
 a block of calls is dropped."""
 
@@ -9,20 +9,28 @@ from __future__ import annotations
 
 import ast
 import json
+import re
 from typing import Any, ClassVar
 
 from tokenwire.parsers.markers import find_marker
 from tokenwire.parsers.tools.base import ToolCallParser, ToolDelta
-from tokenwire.parsers.tools.values import coerce
+from tokenwire.parsers.tools.values import coerce, is_string_only, schema_types
 
-__all__ = ["BlockToolParser", "FunctionGemmaToolParser", "Olmo3ToolParser"]
+__all__ = [
+    "BlockToolParser",
+    "FunctionGemmaToolParser",
+    "Gemma4ToolParser",
+    "Lfm2ToolParser",
+    "MinimaxM3ToolParser",
+    "Olmo3ToolParser",
+]
 
 _CONTENT, _BLOCK, _AFTER = range(3)
 
 
 class BlockToolParser(ToolCallParser):
     """Calls in ``open_tag`` ... ``close_tag`` blocks (subclasses give the tags, how strings are
-    quoted, and ``calls``)."""
+    quoted, and ``read_calls``)."""
 
     open_tag: ClassVar[str]
     close_tag: ClassVar[str]
@@ -34,32 +42,39 @@ class BlockToolParser(ToolCallParser):
     def __init__(self, **kw: Any) -> None:
         super().__init__(**kw)
         self._state = _CONTENT
-        self._scan_at = 0  # where the close tag search goes on in the block's text
+        self._parts: list[str] = []  # the block's text scanned so far
         self._quote = ""  # the string literal the scan is in
+        self._esc = False  # the scan is just past a backslash in a string
 
-    def calls(self, body: str) -> list[tuple[str, str]] | None:
+    def read_calls(self, body: str) -> list[tuple[str, str]] | None:
         """``(name, JSON arguments)`` of each call in a block's text, or None if it is none."""
         raise NotImplementedError
 
-    def _find_close(self, text: str, final: bool) -> int:
-        """Where the close tag starts outside strings, or -1 (not yet)."""
-        i, n, tag = self._scan_at, len(text), self.close_tag
+    def _find_close(self, text: str, final: bool) -> tuple[int, int]:
+        """The scan goes on over ``text`` (the block's text after what is in ``_parts``):
+        ``(where the close tag starts outside strings or -1, how far the scan got)``; the scan
+        stops early where a mark may begin, split across pieces."""
+        i, n, tag = 0, len(text), self.close_tag
         while i < n:
+            if self._esc:
+                self._esc = False
+                i += 1
+                continue
             marks = (self._quote,) if self._quote else (tag, *self.string_marks)
             if not final and any(len(m) > n - i and m.startswith(text[i:]) for m in marks):
                 break  # a mark may begin here, split across pieces: wait for more
             if not self._quote and text.startswith(tag, i):
-                return i
+                return i, i
             mark = next((m for m in marks[not self._quote :] if text.startswith(m, i)), None)
             if mark is not None:
                 self._quote = "" if self._quote else mark
                 i += len(mark)
             elif self._quote and self.backslash_escapes and text[i] == "\\":
-                i += 2
+                self._esc = True
+                i += 1
             else:
                 i += 1
-        self._scan_at = min(i, n)
-        return -1
+        return -1, i
 
     def _step(self, out: ToolDelta, *, final: bool) -> None:
         while True:
@@ -78,20 +93,25 @@ class BlockToolParser(ToolCallParser):
                 if marker is None:
                     return
                 self._buf = buf[at + len(marker) :]
-                self._scan_at = 0
+                self._parts = []
                 self._quote = ""
+                self._esc = False
                 self._state = _BLOCK
             else:
-                end = self._find_close(buf, final)
+                end, scanned = self._find_close(buf, final)
                 if end < 0:
+                    self._parts.append(buf[:scanned])
+                    self._buf = buf[scanned:]
                     if final:  # never closed: the block as written
-                        out.content += self.open_tag + buf
+                        out.content += self.open_tag + "".join(self._parts) + self._buf
                         self._buf = ""
                     return
-                calls = self.calls(buf[:end])
+                body = "".join(self._parts) + buf[:end]
+                self._parts = []
+                calls = self.read_calls(body)
                 rest = buf[end + len(self.close_tag) :]
                 if calls is None:
-                    out.content += self.open_tag + buf[: end + len(self.close_tag)]
+                    out.content += self.open_tag + body + self.close_tag
                     self._buf = rest
                     self._state = _CONTENT
                     continue
@@ -180,7 +200,7 @@ class Olmo3ToolParser(BlockToolParser):
     string_marks = ('"', "'")
     backslash_escapes = True
 
-    def calls(self, body: str) -> list[tuple[str, str]] | None:
+    def read_calls(self, body: str) -> list[tuple[str, str]] | None:
         return python_calls(body)
 
 
@@ -193,20 +213,21 @@ class _Reader:
     """FunctionGemma's value notation: ``<escape>``-quoted strings, ``{key:value,...}``,
     ``[value,...]`` and bare values."""
 
-    def __init__(self, text: str) -> None:
+    def __init__(self, text: str, escape: str = _ESCAPE) -> None:
         self.text = text
         self.i = 0
+        self.escape = escape
 
     def value(self, depth: int = 0) -> Any:
         if depth > 100:
             raise ValueError("nested too deeply")
-        t = self.text
-        if t.startswith(_ESCAPE, self.i):
-            end = t.find(_ESCAPE, self.i + len(_ESCAPE))
+        t, escape = self.text, self.escape
+        if t.startswith(escape, self.i):
+            end = t.find(escape, self.i + len(escape))
             if end < 0:
                 raise ValueError("unclosed string")
-            value = t[self.i + len(_ESCAPE) : end]
-            self.i = end + len(_ESCAPE)
+            value = t[self.i + len(escape) : end]
+            self.i = end + len(escape)
             return value
         if self.i < len(t) and t[self.i] == "{":
             return self.mapping(depth)
@@ -285,7 +306,7 @@ class FunctionGemmaToolParser(BlockToolParser):
     open_tag = "<start_function_call>"
     close_tag = "<end_function_call>"
 
-    def calls(self, body: str) -> list[tuple[str, str]] | None:
+    def read_calls(self, body: str) -> list[tuple[str, str]] | None:
         body = body.strip()
         if not body.startswith("call:"):
             return None
@@ -293,7 +314,7 @@ class FunctionGemmaToolParser(BlockToolParser):
         name = body[len("call:") : brace].strip() if brace > 0 else ""
         if not name or any(c.isspace() for c in name):
             return None
-        reader = _Reader(body[brace:])
+        reader = _Reader(body[brace:], self.string_marks[0])
         try:
             args = reader.mapping()
         except (ValueError, RecursionError):
@@ -310,3 +331,143 @@ class FunctionGemmaToolParser(BlockToolParser):
             return None
 
     string_marks = (_ESCAPE,)
+
+
+class Gemma4ToolParser(FunctionGemmaToolParser):
+    """``gemma4``: Gemma 4 calls, FunctionGemma's notation in ``<|tool_call>call:NAME{...}
+    <tool_call|>``, strings between ``<|"|>`` marks."""
+
+    name = "gemma4"
+    open_tag = "<|tool_call>"
+    close_tag = "<tool_call|>"
+    string_marks = ('<|"|>',)
+
+
+class Lfm2ToolParser(BlockToolParser):
+    """``lfm2``: LFM2 / LFM2.5 calls, a Python list of calls in ``<|tool_call_start|>`` ...
+    ``<|tool_call_end|>``."""
+
+    name = "lfm2"
+    needs_special_tokens = True
+    open_tag = "<|tool_call_start|>"
+    close_tag = "<|tool_call_end|>"
+    string_marks = ('"', "'")
+    backslash_escapes = True
+
+    def read_calls(self, body: str) -> list[tuple[str, str]] | None:
+        return python_calls(body)
+
+
+# ---- MiniMax-M3 --------------------------------------------------------------------------------
+
+_M3 = "]<]minimax[>["
+_M3_INVOKE = re.compile(re.escape(_M3) + r"""<invoke name=(?:"([^"]*)"|'([^']*)'|([^>\s]*))>""")
+
+
+class MinimaxM3ToolParser(BlockToolParser):
+    """``minimax_m3``: MiniMax-M3 calls, every tag prefixed with ``]<]minimax[>[``: ``<invoke
+    name="NAME">`` holding one element per argument, named after it, in ``<tool_call>``.
+    An element holding elements is an object, or a list when its schema says array (the
+    template writes items as ``<item>``); a leaf is typed by its schema."""
+
+    name = "minimax_m3"
+    needs_special_tokens = True
+    open_tag = f"{_M3}<tool_call>"
+    close_tag = f"{_M3}</tool_call>"
+
+    def read_calls(self, body: str) -> list[tuple[str, str]] | None:
+        out = []
+        pos = 0
+        while True:
+            m = _M3_INVOKE.search(body, pos)
+            if m is None:
+                break
+            if body[pos : m.start()].strip():
+                return None
+            name = next(g for g in m.groups() if g is not None)
+            end = body.find(f"{_M3}</invoke>", m.end())
+            if end < 0 or not name:
+                return None
+            props = self.schemas.parameter_schemas(name)
+            inner = body[m.end() : end]
+            try:
+                args = _M3Reader(inner).elements({"properties": props}) if inner.strip() else {}
+            except ValueError:
+                return None
+            if not isinstance(args, dict):
+                return None
+            try:
+                out.append((name, json.dumps(args, ensure_ascii=False, allow_nan=False)))
+            except (ValueError, RecursionError):
+                return None
+            pos = end + len(f"{_M3}</invoke>")
+        if not out or body[pos:].strip():
+            return None
+        return out
+
+
+class _M3Reader:
+    """MiniMax-M3's argument elements: ``]<]minimax[>[<key>`` ... ``]<]minimax[>[</key>``."""
+
+    def __init__(self, text: str) -> None:
+        self.text = text
+        self.i = 0
+
+    def elements(self, schema: Any, depth: int = 0) -> Any:
+        """The elements from here to the enclosing close tag (or the end): a dict, or a list
+        when the schema says array; a leaf's text when there are none."""
+        if depth > 128:
+            raise ValueError("nested too deeply")
+        t = self.text
+        start = self.i
+        items: list[tuple[str, Any]] = []
+        while True:
+            at = t.find(_M3 + "<", self.i)
+            if at < 0 or t.startswith(_M3 + "</", at):
+                break
+            if items == [] and t[start:at].strip():
+                break  # text before an element: this is a leaf
+            close = t.find(">", at + len(_M3) + 1)
+            if close < 0:
+                raise ValueError("unclosed tag")
+            key = t[at + len(_M3) + 1 : close].strip()
+            if not key or any(c.isspace() for c in key):
+                raise ValueError("bad element name")
+            self.i = close + 1
+            child = _child(schema, key)
+            value = self.elements(child, depth + 1)
+            end_tag = f"{_M3}</{key}>"
+            if not t.startswith(end_tag, self.i):
+                raise ValueError(f"element {key} not closed")
+            self.i += len(end_tag)
+            between = t.find(_M3 + "<", self.i)
+            if (
+                between >= 0
+                and t[self.i : between].strip()
+                and not t.startswith(_M3 + "</", between)
+            ):
+                raise ValueError("text between elements")
+            items.append((key, value))
+        if not items:
+            at = t.find(_M3 + "</", start)
+            at = len(t) if at < 0 else at
+            self.i = at
+            text = t[start:at]
+            return coerce(text.strip() if not is_string_only(schema) else text, schema)
+        stop = t.find(_M3 + "</", self.i)
+        if stop >= 0 and t[self.i : stop].strip():
+            raise ValueError("text after elements")
+        self.i = stop if stop >= 0 else len(t)
+        if "array" in schema_types(schema) and "object" not in schema_types(schema):
+            return [v for _, v in items]
+        return dict(items)
+
+
+def _child(schema: Any, key: str) -> Any:
+    """The schema of an element's child ``key`` (an array's items, an object's property)."""
+    if not isinstance(schema, dict):
+        return None
+    if "array" in schema_types(schema) and "object" not in schema_types(schema):
+        return schema.get("items")
+    props = schema.get("properties")
+    return props.get(key) if isinstance(props, dict) else None

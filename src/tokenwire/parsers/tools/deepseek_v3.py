@@ -15,7 +15,12 @@ from typing import Any
 from tokenwire.parsers.markers import find_marker
 from tokenwire.parsers.tools.base import JsonValueStreamer, ToolCallParser, ToolDelta
 
-__all__ = ["DeepSeekV31ToolParser", "DeepSeekV3ToolParser", "KimiK2ToolParser"]
+__all__ = [
+    "DeepSeekV31ToolParser",
+    "DeepSeekV3ToolParser",
+    "KimiK2ToolParser",
+    "Plamo3ToolParser",
+]
 
 CALLS_BEGIN = "<｜tool▁calls▁begin｜>"
 CALLS_END = "<｜tool▁calls▁end｜>"
@@ -24,7 +29,7 @@ CALL_END = "<｜tool▁call▁end｜>"
 SEP = "<｜tool▁sep｜>"
 _FENCE = "```json"
 
-_CONTENT, _CALLS, _HEAD, _NAME, _FENCED, _ARGS, _SKIP = range(7)
+_CONTENT, _CALLS, _HEAD, _NAME, _FENCED, _ARGS, _SKIP, _ARGS_OPEN = range(8)
 
 
 class DeepSeekV3ToolParser(ToolCallParser):
@@ -36,6 +41,8 @@ class DeepSeekV3ToolParser(ToolCallParser):
     call_begin = CALL_BEGIN
     call_end = CALL_END
     sep = SEP
+    #: Markup between the separator and the arguments (PLaMo 3's JSON constraint), skipped.
+    args_open = ""
 
     def _head(self, head: str) -> tuple[str, str | None]:
         """A call's name and id from the head before the separator (not ``function``)."""
@@ -82,12 +89,12 @@ class DeepSeekV3ToolParser(ToolCallParser):
                     return
                 kind = buf[:at].strip()
                 self._buf = buf[at + len(marker) :]
-                if kind == "function":
+                if kind == "function" and not self.args_open:
                     self._state = _NAME
                 else:
                     self._index = self._new_call(out, *self._head(kind))
                     self._value = JsonValueStreamer()
-                    self._state = _ARGS
+                    self._state = _ARGS_OPEN if self.args_open else _ARGS
             elif state == _NAME:
                 at = buf.find("\n")
                 if at < 0 and not final:
@@ -103,6 +110,13 @@ class DeepSeekV3ToolParser(ToolCallParser):
                     buf = buf[len(_FENCE) :]
                 self._buf = buf
                 self._value = JsonValueStreamer()
+                self._state = _ARGS
+            elif state == _ARGS_OPEN:
+                s = buf.lstrip()
+                if s.startswith(self.args_open):
+                    self._buf = s[len(self.args_open) :]
+                elif not final and self.args_open.startswith(s):
+                    return
                 self._state = _ARGS
             elif state == _ARGS:
                 if not self._value.started:
@@ -133,6 +147,10 @@ class DeepSeekV31ToolParser(DeepSeekV3ToolParser):
 
     name = "deepseek_v31"
 
+    @classmethod
+    def strict_call(cls, name: str) -> tuple[str, str, str] | None:
+        return CALL_BEGIN, f"{CALL_BEGIN}{name}{SEP}", CALL_END
+
 
 class KimiK2ToolParser(DeepSeekV3ToolParser):
     """``kimi_k2``: Kimi K2 calls, ``<|tool_call_begin|>functions.NAME:INDEX
@@ -150,3 +168,23 @@ class KimiK2ToolParser(DeepSeekV3ToolParser):
     def _head(self, head: str) -> tuple[str, str | None]:
         name = head.rsplit(":", 1)[0] if ":" in head else head
         return name.removeprefix("functions."), head
+
+    @classmethod
+    def strict_call(cls, name: str) -> tuple[str, str, str] | None:
+        begin = f"{cls.calls_begin}{cls.call_begin}functions.{name}:0{cls.sep}"
+        return cls.calls_begin, begin, f"{cls.call_end}{cls.calls_end}"
+
+
+class Plamo3ToolParser(DeepSeekV3ToolParser):
+    """``plamo3``: PLaMo 3 calls, ``<|plamo:begin_tool_request:plamo|><|plamo:begin_tool_name:
+    plamo|>NAME<|plamo:end_tool_name:plamo|><|plamo:begin_tool_arguments:plamo|><|plamo:
+    constrain|>json<|plamo:msg|>{...}<|plamo:end_tool_arguments:plamo|><|plamo:end_tool_request:
+    plamo|>`` in a ``<|plamo:begin_tool_requests:plamo|>`` section."""
+
+    name = "plamo3"
+    calls_begin = "<|plamo:begin_tool_requests:plamo|>"
+    calls_end = "<|plamo:end_tool_requests:plamo|>"
+    call_begin = "<|plamo:begin_tool_request:plamo|><|plamo:begin_tool_name:plamo|>"
+    call_end = "<|plamo:end_tool_request:plamo|>"
+    sep = "<|plamo:end_tool_name:plamo|>"
+    args_open = "<|plamo:begin_tool_arguments:plamo|><|plamo:constrain|>json<|plamo:msg|>"

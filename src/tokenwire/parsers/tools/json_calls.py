@@ -17,15 +17,29 @@ stays in the content as written; space right after calls is dropped.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 from tokenwire.parsers.markers import find_marker
-from tokenwire.parsers.tools.base import JsonCallStreamer, ToolCallParser, ToolDelta
+from tokenwire.parsers.tools.base import (
+    NAMED,
+    JsonCallStreamer,
+    JsonShape,
+    ToolCallParser,
+    ToolDelta,
+)
 
 __all__ = [
+    "ApertusToolParser",
+    "CohereCommand3ToolParser",
+    "CohereCommand4ToolParser",
+    "Ernie45ToolParser",
     "GigaChat3ToolParser",
+    "Granite4ToolParser",
+    "InklingToolParser",
+    "Qwen3JsonToolParser",
     "Granite20bFCToolParser",
     "GraniteToolParser",
     "HermesToolParser",
@@ -53,11 +67,18 @@ class JsonMarkup:
     #: Markup that ends the text before a call, dropped when a call follows it (GigaChat's
     #: ``<|message_sep|>``).
     content_end: str | None = None
+    #: How one call is written.
+    shape: JsonShape = NAMED
+    #: Markup around the content, dropped from it (Cohere's ``<|START_RESPONSE|>``).
+    drop: tuple[str, ...] = ()
+    #: ``(trigger, before, after)``: one call as its template writes it, ``before`` +
+    #: ``{"name": NAME, "arguments": ARGS}`` + ``after`` (``strict_call``; None: not so).
+    strict: tuple[str, str, str] | None = None
     marks: tuple[str, ...] = field(init=False, default=())
 
     def __post_init__(self) -> None:
         marks = tuple(self.openers) + ((self.content_end,) if self.content_end else ())
-        object.__setattr__(self, "marks", marks)
+        object.__setattr__(self, "marks", marks + self.drop)
 
 
 _CONTENT, _PRE, _BODY, _ITEM, _OBJECT, _SEP, _CLOSER, _AFTER = range(8)
@@ -68,6 +89,15 @@ class JsonToolParser(ToolCallParser):
 
     markup: ClassVar[JsonMarkup]
 
+    @classmethod
+    def strict_call(cls, name: str) -> tuple[str, str, str] | None:
+        m = cls.markup
+        if m.strict is None or m.shape.keyed or m.shape.lead:
+            return None
+        trigger, before, after = m.strict
+        head = f"{{{json.dumps(m.shape.names[0])}: {json.dumps(name, ensure_ascii=False)}, "
+        return trigger, f"{before}{head}{json.dumps(m.shape.arguments[0])}: ", "}" + after
+
     def __init__(self, **kw: Any) -> None:
         super().__init__(**kw)
         self._state = _CONTENT
@@ -76,7 +106,7 @@ class JsonToolParser(ToolCallParser):
         self._closer: str | None = None
         self._in_list = False
         self._body_calls = 0
-        self._call = JsonCallStreamer()
+        self._call = JsonCallStreamer(self.markup.shape)
         self._index = -1
         self._at_start = True  # nothing but space so far (a bare list may still open it)
 
@@ -129,6 +159,8 @@ class JsonToolParser(ToolCallParser):
                 if marker is None:
                     return
                 self._buf = buf[at + len(marker) :]
+                if marker in m.drop:
+                    continue
                 self._at_start = False
                 if marker == m.content_end:
                     self._held = marker
@@ -171,7 +203,7 @@ class JsonToolParser(ToolCallParser):
                 elif c == "{" and (state == _ITEM or (state == _BODY and m.body != "list")):
                     if state == _BODY:
                         self._in_list = False
-                    self._call = JsonCallStreamer()
+                    self._call = JsonCallStreamer(m.shape)
                     self._index = -1
                     self._state = _OBJECT
                 elif c == "]" and state in (_ITEM, _SEP):
@@ -224,7 +256,11 @@ class HermesToolParser(JsonToolParser):
     "arguments": {...}}</tool_call>``, any number of them, with content before and between."""
 
     name = "hermes"
-    markup = JsonMarkup({"<tool_call>": "</tool_call>"}, body="object")
+    markup = JsonMarkup(
+        {"<tool_call>": "</tool_call>"},
+        body="object",
+        strict=("<tool_call>", "<tool_call>\n", "\n</tool_call>"),
+    )
 
 
 class LongcatToolParser(JsonToolParser):
@@ -232,16 +268,28 @@ class LongcatToolParser(JsonToolParser):
 
     name = "longcat"
     needs_special_tokens = True
-    markup = JsonMarkup({"<longcat_tool_call>": "</longcat_tool_call>"}, body="object")
+    markup = JsonMarkup(
+        {"<longcat_tool_call>": "</longcat_tool_call>"},
+        body="object",
+        strict=("<longcat_tool_call>", "<longcat_tool_call>\n", "\n</longcat_tool_call>"),
+    )
 
 
 class InternLMToolParser(JsonToolParser):
     """``internlm``: InternLM2/3 calls, ``<|action_start|><|plugin|>{"name": ...,
-    "parameters": {...}}<|action_end|>``."""
+    "parameters": {...}}<|action_end|>`` (Intern-S1 writes a space between the two tokens)."""
 
     name = "internlm"
     needs_special_tokens = True
-    markup = JsonMarkup({"<|action_start|><|plugin|>": "<|action_end|>"}, body="object")
+    markup = JsonMarkup(
+        {
+            "<|action_start|><|plugin|>": "<|action_end|>",
+            "<|action_start|> <|plugin|>": "<|action_end|>",
+        },
+        body="object",
+        shape=JsonShape(arguments=("parameters", "arguments")),
+        strict=("<|action_start|>", "<|action_start|><|plugin|>\n", "<|action_end|>"),
+    )
 
 
 class GraniteToolParser(JsonToolParser):
@@ -304,4 +352,81 @@ class GigaChat3ToolParser(JsonToolParser):
         {"function call<|role_sep|>": None, "<|function_call|>": None},
         body="object",
         content_end="<|message_sep|>",
+        strict=("function call<|role_sep|>", "function call<|role_sep|>\n", ""),
+    )
+
+
+class Qwen3JsonToolParser(HermesToolParser):
+    """``qwen3_json``: Qwen2.5 / QwQ / Qwen3 JSON calls, Hermes' format (vLLM's name)."""
+
+    name = "qwen3_json"
+
+
+class Granite4ToolParser(JsonToolParser):
+    """``granite4``: Granite 4 calls, Hermes' ``<tool_call>{...}</tool_call>``."""
+
+    name = "granite4"
+    needs_special_tokens = True
+    markup = HermesToolParser.markup
+
+
+class Ernie45ToolParser(JsonToolParser):
+    """``ernie45``: ERNIE-4.5 calls, Hermes' ``<tool_call>{...}</tool_call>``."""
+
+    name = "ernie45"
+    markup = HermesToolParser.markup
+
+
+class ApertusToolParser(JsonToolParser):
+    """``apertus``: Apertus calls, a JSON list of ``{"NAME": {ARGS}}`` objects between
+    ``<|tools_prefix|>`` and ``<|tools_suffix|>``."""
+
+    name = "apertus"
+    needs_special_tokens = True
+    markup = JsonMarkup(
+        {"<|tools_prefix|>": "<|tools_suffix|>"}, body="list", shape=JsonShape(keyed=True)
+    )
+
+
+class CohereCommand3ToolParser(JsonToolParser):
+    """``cohere_command3``: Command A calls, a JSON list of ``{"tool_call_id", "tool_name",
+    "parameters"}`` between ``<|START_ACTION|>`` and ``<|END_ACTION|>``; the response's
+    ``<|START_RESPONSE|>``/``<|START_TEXT|>`` markup is dropped from the content."""
+
+    name = "cohere_command3"
+    needs_special_tokens = True
+    markup = JsonMarkup(
+        {"<|START_ACTION|>": "<|END_ACTION|>"},
+        body="list",
+        shape=JsonShape(
+            names=("tool_name", "name"),
+            arguments=("parameters", "arguments"),
+            lead=("tool_call_id",),
+        ),
+        drop=("<|START_RESPONSE|>", "<|END_RESPONSE|>", "<|START_TEXT|>", "<|END_TEXT|>"),
+    )
+
+
+class CohereCommand4ToolParser(CohereCommand3ToolParser):
+    """``cohere_command4``: Command A 4's calls, the same markup."""
+
+    name = "cohere_command4"
+
+
+class InklingToolParser(JsonToolParser):
+    """``inkling``: Inkling's tool blocks, ``<|message_model|><|content_invoke_tool_json|>
+    {"name": ..., "args": {...}}<|end_message|>``; the markup of its text blocks is dropped
+    from the content."""
+
+    name = "inkling"
+    needs_special_tokens = True
+    markup = JsonMarkup(
+        {"<|message_model|><|content_invoke_tool_json|>": "<|end_message|>"},
+        body="object",
+        shape=JsonShape(arguments=("args", "arguments")),
+        drop=(
+            "<|message_model|><|content_text|>",
+            "<|end_message|>",
+            "<|content_model_end_sampling|>",
+        ),
     )

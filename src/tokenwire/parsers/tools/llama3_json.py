@@ -5,11 +5,12 @@ the calls."""
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from tokenwire.parsers.tools.base import JsonCallStreamer, ToolCallParser, ToolDelta
 
-__all__ = ["Llama3JsonToolParser"]
+__all__ = ["Llama3JsonToolParser", "Llama4JsonToolParser"]
 
 _START, _CALL, _SEP, _CONTENT = 0, 1, 2, 3
 _PYTHON_TAG = "<|python_tag|>"
@@ -19,6 +20,11 @@ class Llama3JsonToolParser(ToolCallParser):
     """Llama 3 JSON calls."""
 
     name = "llama3_json"
+
+    @classmethod
+    def strict_call(cls, name: str) -> tuple[str, str, str] | None:
+        head = f'{_PYTHON_TAG}{{"name": {json.dumps(name, ensure_ascii=False)}, "parameters": '
+        return _PYTHON_TAG, head, "}"
 
     def __init__(self, **kw: Any) -> None:
         super().__init__(**kw)
@@ -70,3 +76,9 @@ class Llama3JsonToolParser(ToolCallParser):
             if final and not self._buf.strip():
                 self._buf = ""
                 return
+
+
+class Llama4JsonToolParser(Llama3JsonToolParser):
+    """``llama4_json``: Llama 4's JSON calls, Llama 3's format (vLLM's name)."""
+
+    name = "llama4_json"

@@ -31,6 +31,10 @@ class MistralToolParser(ToolCallParser):
     needs_special_tokens = True
     default_id = staticmethod(mistral_call_id)
 
+    @classmethod
+    def strict_call(cls, name: str) -> tuple[str, str, str] | None:
+        return _TOOL_CALLS, f"{_TOOL_CALLS}{name}{_ARGS_TAG}", ""
+
     def __init__(self, **kw: Any) -> None:
         super().__init__(**kw)
         self._state = _CONTENT

@@ -7,14 +7,17 @@ from __future__ import annotations
 
 import ast
 import json
+import re
 from typing import Any
 
 from tokenwire.parsers.tools.base import ToolCallParser, ToolDelta
 
-__all__ = ["PythonicToolParser"]
+__all__ = ["Llama4PythonicToolParser", "PythonicToolParser"]
 
 _START, _LIST, _TAIL, _CONTENT = 0, 1, 2, 3
 _OPEN = "<|python_start|>"
+_BARE = re.compile(r"[\"'()\[\]{}]")
+_QUOTED = {'"': re.compile(r'["\\]'), "'": re.compile(r"['\\]")}
 _CLOSE = "<|python_end|>"
 
 
@@ -53,8 +56,8 @@ class PythonicToolParser(ToolCallParser):
     def __init__(self, **kw: Any) -> None:
         super().__init__(**kw)
         self._state = _START
-        self._pos = 0  # where the list starts in the buffer
-        self._scan_at = 0
+        self._lead = ""  # the space and tag before the list
+        self._parts: list[str] = []  # the list's text scanned so far
         self._depth = 0
         self._quote = ""
         self._esc = False
@@ -73,7 +76,9 @@ class PythonicToolParser(ToolCallParser):
                     s = s[len(tag) :].lstrip()
                 if self._state == _START and s.startswith("["):
                     self._state = _LIST
-                    self._pos = self._scan_at = len(buf) - len(s)
+                    self._lead = buf[: len(buf) - len(s)]
+                    self._buf = s
+                    self._parts = []
                     continue
                 if not final and (not s or tag.startswith(s)):
                     return
@@ -81,43 +86,58 @@ class PythonicToolParser(ToolCallParser):
                     self._buf = s if buf.lstrip().startswith(tag) else buf
                 self._state = _CONTENT
                 continue
+            # _LIST: the list's text so far is in _parts, the text not yet scanned in _buf
             end = self._scan(buf)
+            self._parts.append(buf if end < 0 else buf[:end])
+            self._buf = "" if end < 0 else buf[end:]
             if end < 0 and not final:
                 return
-            source = buf[:end] if end >= 0 else buf
-            calls = _calls(source[self._pos :]) if end >= 0 else None
+            source = "".join(self._parts)
+            self._parts = []
+            calls = _calls(source) if end >= 0 else None
             if calls is None:
-                out.content += source
+                out.content += self._lead + source
                 self._state = _CONTENT
             else:
                 for name, arguments in calls:
                     self._whole_call(out, name, arguments)
                 self._state = _TAIL
-            self._buf = buf[len(source) :]
 
     def _scan(self, buf: str) -> int:
-        """Where the list starting at ``self._pos`` ends (past its ``]``), or -1 (not yet)."""
+        """Where the list ends in ``buf`` (past its ``]``), the scan going on from the text
+        before it, or -1 (not yet)."""
         depth, quote, esc = self._depth, self._quote, self._esc
-        i = self._scan_at
-        n = len(buf)
+        i, n = 0, len(buf)
         while i < n:
-            c = buf[i]
-            i += 1
+            if esc:
+                esc = False
+                i += 1
+                continue
+            m = (_QUOTED[quote] if quote else _BARE).search(buf, i)
+            if m is None:
+                break
+            c = m.group()
+            i = m.end()
             if quote:
-                if esc:
-                    esc = False
-                elif c == "\\":
+                if c == "\\":
                     esc = True
-                elif c == quote:
+                else:
                     quote = ""
             elif c in "\"'":
                 quote = c
             elif c in "([{":
                 depth += 1
-            elif c in ")]}":
+            else:
                 depth -= 1
                 if depth == 0:
+                    self._depth, self._quote, self._esc = 0, "", False
                     return i
         self._depth, self._quote, self._esc = depth, quote, esc
-        self._scan_at = i
         return -1
+
+
+class Llama4PythonicToolParser(PythonicToolParser):
+    """``llama4_pythonic``: Llama 4's Python-list calls, optionally in ``<|python_start|>``
+    ... ``<|python_end|>``."""
+
+    name = "llama4_pythonic"

@@ -167,6 +167,11 @@ class ToolSchemas:
     def __bool__(self) -> bool:
         return bool(self._params)
 
+    def parameter_schemas(self, function: str) -> dict[str, Any]:
+        """The parameter schemas of one function, by name (empty when the tools do not
+        describe it)."""
+        return dict(self._params.get(function) or {})
+
     def parameter(self, function: str, name: str) -> Any:
         """The schema of one parameter, or None when the tools do not describe it."""
         props = self._params.get(function)

@@ -33,6 +33,21 @@ from tokenwire.parsers.tools.values import coerce, is_string_only
 
 __all__ = [
     "DeepSeekV32ToolParser",
+    "DeepSeekV41ToolParser",
+    "DeepSeekV4ToolParser",
+    "DotsToolParser",
+    "GigaChat35ToolParser",
+    "HYV3ToolParser",
+    "HYV4ToolParser",
+    "IQuestQ1ToolParser",
+    "K2HorizonToolParser",
+    "KimiK3ToolParser",
+    "Ling3ToolParser",
+    "MiMoToolParser",
+    "MiniCPM5ToolParser",
+    "PoolsideV1ToolParser",
+    "Step3p5ToolParser",
+    "Step5ToolParser",
     "Glm45ToolParser",
     "Glm47ToolParser",
     "MinimaxM2ToolParser",
@@ -70,6 +85,19 @@ class XmlMarkup:
     #: Attributes between the key and the value end with this (DeepSeek-V3.2's
     #: ``string="true">``): ``string="true"`` makes the value a string, ``"false"`` JSON.
     attrs_end: str | None = None
+    #: The attribute that types the value (``string``, Kimi K3's ``type``) and its value that
+    #: makes it a string (``true``, ``string``); any other is JSON.
+    type_attr: str = "string"
+    string_type: str = "true"
+    #: A tag pair between the key and the value that names the value's type (K2 Horizon's
+    #: ``<ifm|arg_type>string</ifm|arg_type>``), optional: without it the schema types it.
+    type_tag: tuple[str, str] | None = None
+    #: Other spellings of ``block_open`` (DeepSeek-V4's ``<｜DSML｜toolcalls>``).
+    block_opens: tuple[str, ...] = ()
+    #: Markup around the content, dropped from it (Kimi K3's response channel).
+    drop: tuple[str, ...] = ()
+    #: Names and keys are written XML-escaped (``&quot;``, ``&amp;``).
+    escaped: bool = False
     #: Markup between a block's calls that carries nothing (Step-3's call wrappers).
     filler: tuple[str, ...] = ()
     #: How much of a value's surrounding space is markup: "newline" (one newline on each
@@ -78,8 +106,11 @@ class XmlMarkup:
 
 
 _CONTENT, _BLOCK, _NAME, _CALL, _KEY, _ATTRS, _VALUE_OPEN, _VALUE_START, _VALUE, _AFTER = range(10)
-_STRING_ATTR = re.compile(r'string\s*=\s*"([^"]*)"')
 _MAX_NAME = 256
+
+
+def _unescape(text: str) -> str:
+    return text.replace("&quot;", '"').replace("&amp;", "&")
 
 
 def _finite(value: Any) -> bool:
@@ -115,6 +146,8 @@ class XmlToolParser(ToolCallParser):
         self._block_marks = tuple(
             x for x in (m.call_open, m.block_close, *m.filler) if x is not None
         )
+        self._opens = (m.block_open, *m.block_opens, *m.drop)
+        self._type_re = re.compile(re.escape(m.type_attr) + r'\s*=\s*"([^"]*)"')
 
     # ---- arguments -------------------------------------------------------------------------------
 
@@ -136,6 +169,9 @@ class XmlToolParser(ToolCallParser):
     def _typed(self, text: str) -> Any:
         """A whole non-string value's JSON value."""
         text = self._trim(text, lead=True, tail=True)
+        if self.markup.type_tag is not None and self._attr is not None:
+            kind = self._attr.split("[", 1)[0].strip().lower()
+            return coerce(text, {"type": kind} if kind else self._schema())
         if self.markup.attrs_end is not None:  # string="false" (or no attribute): JSON
             try:
                 value = json.loads(text)
@@ -212,12 +248,14 @@ class XmlToolParser(ToolCallParser):
                 self._buf = rest
                 self._state = _CONTENT
             elif state == _CONTENT:
-                at, marker = find_marker(buf, (m.block_open,), final=final)
+                at, marker = find_marker(buf, self._opens, final=final)
                 out.content += buf[:at]
                 self._buf = buf[at:]
                 if marker is None:
                     return
                 self._buf = buf[at + len(marker) :]
+                if marker in m.drop:
+                    continue
                 self._raw = marker
                 self._block_calls = 0
                 self._state = _BLOCK if m.call_open is not None else _NAME
@@ -256,6 +294,7 @@ class XmlToolParser(ToolCallParser):
                 keep = m.name_end is None  # the marker begins the call's body: read it there
                 self._buf = buf[at:] if keep else buf[at + len(marker) :]
                 self._raw = ""
+                name = _unescape(name) if m.escaped else name
                 self._fname = name
                 self._index = self._new_call(out, name)
                 self._params = 0
@@ -287,8 +326,9 @@ class XmlToolParser(ToolCallParser):
                     return
                 if state == _KEY:
                     self._key = buf[:at].strip()
+                    self._key = _unescape(self._key) if m.escaped else self._key
                 else:
-                    found = _STRING_ATTR.search(buf[:at])
+                    found = self._type_re.search(buf[:at])
                     self._attr = found.group(1) if found else None
                 self._buf = buf[at + len(marker) :]
                 if state == _KEY and m.attrs_end is not None:
@@ -297,6 +337,22 @@ class XmlToolParser(ToolCallParser):
                     self._state = _VALUE_OPEN if m.value_open else _VALUE_START
             elif state == _VALUE_OPEN:
                 s = buf.lstrip()
+                tag = m.type_tag
+                if tag is not None and self._attr is None and s.startswith(tag[0]):
+                    at, marker = find_marker(s, (tag[1],), final=final)
+                    if marker is None:
+                        if final:
+                            self._close_call(out)
+                            self._buf = ""
+                        else:
+                            self._buf = s
+                        return
+                    self._attr = s[len(tag[0]) : at].strip()
+                    self._buf = s[at + len(marker) :]
+                    continue
+                if tag is not None and self._attr is None and not final and tag[0].startswith(s):
+                    self._buf = s
+                    return
                 if s.startswith(m.value_open):
                     self._buf = s[len(m.value_open) :]
                     self._state = _VALUE_START
@@ -306,7 +362,9 @@ class XmlToolParser(ToolCallParser):
                     self._state = _VALUE_START
             elif state == _VALUE_START:
                 if m.attrs_end is not None:
-                    self._string = self._attr == "true"
+                    self._string = self._attr == m.string_type
+                elif m.type_tag is not None and self._attr is not None:
+                    self._string = self._attr.strip().lower() == "string"
                 else:
                     self._string = is_string_only(self._schema())
                 self._value = self._held = ""
@@ -456,4 +514,212 @@ class DeepSeekV32ToolParser(XmlToolParser):
         key_end='"',
         attrs_end=">",
         value_close=f"</{_DSML}parameter>",
+    )
+
+
+# ---- families on Qwen3-Coder's markup -------------------------------------------------------
+
+
+class Step3p5ToolParser(Qwen3CoderToolParser):
+    """``step3p5``: Step-3.5 / Step-3.7 calls, Qwen3-Coder's format."""
+
+    name = "step3p5"
+
+
+class Step5ToolParser(Qwen3CoderToolParser):
+    """``step5``: Step-5 calls, Qwen3-Coder's format."""
+
+    name = "step5"
+
+
+class MiMoToolParser(XmlToolParser):
+    """``mimo``: MiMo calls, Qwen3-Coder's tags with the values verbatim (no newline around
+    them is markup)."""
+
+    name = "mimo"
+    markup = replace(_QWEN3, trim="")
+
+
+# ---- families on GLM's markup --------------------------------------------------------------
+
+
+class IQuestQ1ToolParser(XmlToolParser):
+    """``iquest_q1``: IQuest Q1 calls, GLM-4.7's format in ``<iquest_tool_call>`` tags."""
+
+    name = "iquest_q1"
+    needs_special_tokens = True
+    markup = replace(
+        Glm47ToolParser.markup,
+        block_open="<iquest_tool_call>",
+        call_close="</iquest_tool_call>",
+    )
+
+
+class Ling3ToolParser(Glm47ToolParser):
+    """``ling3``: Ling 3 calls, GLM-4.7's format."""
+
+    name = "ling3"
+
+
+class PoolsideV1ToolParser(Glm45ToolParser):
+    """``poolside_v1``: Poolside calls, GLM-4.5's format (``<tool_call>NAME`` then
+    ``<arg_key>``/``<arg_value>`` pairs)."""
+
+    name = "poolside_v1"
+
+
+_GLM = Glm45ToolParser.markup
+
+
+class HYV3ToolParser(XmlToolParser):
+    """``hy_v3``: Hunyuan (HY) v3 calls, ``<tool_call>NAME<tool_sep>`` then GLM's
+    ``<arg_key>``/``<arg_value>`` pairs, in ``<tool_calls>``."""
+
+    name = "hy_v3"
+    needs_special_tokens = True
+    markup = replace(
+        _GLM,
+        block_open="<tool_calls>",
+        block_close="</tool_calls>",
+        call_open="<tool_call>",
+        name_end="<tool_sep>",
+    )
+
+
+class HYV4ToolParser(XmlToolParser):
+    """``hy_v4``: Hunyuan (HY) v4 calls, ``<tool_call>NAME`` then GLM's pairs, in
+    ``<tool_calls>``."""
+
+    name = "hy_v4"
+    needs_special_tokens = True
+    markup = replace(
+        _GLM, block_open="<tool_calls>", block_close="</tool_calls>", call_open="<tool_call>"
+    )
+
+
+class K2HorizonToolParser(XmlToolParser):
+    """``k2_horizon``: K2 Horizon's IFM calls, ``<ifm|tool_call>NAME`` then
+    ``<ifm|arg_key>KEY</ifm|arg_key>``, an optional ``<ifm|arg_type>TYPE</ifm|arg_type>`` and
+    ``<ifm|arg_value>VALUE</ifm|arg_value>``, in ``<ifm|tool_calls>``."""
+
+    name = "k2_horizon"
+    needs_special_tokens = True
+    markup = XmlMarkup(
+        block_open="<ifm|tool_calls>",
+        block_close="</ifm|tool_calls>",
+        call_open="<ifm|tool_call>",
+        name_end=None,
+        call_close="</ifm|tool_call>",
+        param_open="<ifm|arg_key>",
+        key_end="</ifm|arg_key>",
+        value_open="<ifm|arg_value>",
+        value_close="</ifm|arg_value>",
+        type_tag=("<ifm|arg_type>", "</ifm|arg_type>"),
+    )
+
+
+# ---- families on MiniMax-M2's markup -------------------------------------------------------
+
+
+class DotsToolParser(XmlToolParser):
+    """``dots``: dots calls, MiniMax-M2's ``<invoke name="NAME">`` with ``<parameter
+    name="KEY">`` values, in ``<dots_function_call>``."""
+
+    name = "dots"
+    markup = replace(
+        MinimaxM2ToolParser.markup,
+        block_open="<dots_function_call>",
+        block_close="</dots_function_call>",
+    )
+
+
+class MiniCPM5ToolParser(XmlToolParser):
+    """``minicpm5``: MiniCPM 5 calls, ``<function name="NAME">`` with ``<param
+    name="KEY">VALUE</param>`` values."""
+
+    name = "minicpm5"
+    markup = XmlMarkup(
+        block_open='<function name="',
+        block_close=None,
+        call_open=None,
+        name_end='">',
+        call_close="</function>",
+        param_open='<param name="',
+        key_end='">',
+        value_close="</param>",
+    )
+
+
+# ---- DSML ----------------------------------------------------------------------------------
+
+
+def _dsml(tag: str, block: str, spaced: bool = False) -> XmlMarkup:
+    sp = " " if spaced else ""
+    return XmlMarkup(
+        block_open=f"<{tag}{sp}{block}>",
+        block_close=f"</{tag}{sp}{block}>",
+        call_open=f'<{tag}{sp}invoke name="',
+        name_end='">',
+        call_close=f"</{tag}{sp}invoke>",
+        param_open=f'<{tag}{sp}parameter name="',
+        key_end='"',
+        attrs_end=">",
+        value_close=f"</{tag}{sp}parameter>",
+    )
+
+
+class DeepSeekV4ToolParser(XmlToolParser):
+    """``deepseek_v4``: DeepSeek-V4's DSML calls, DeepSeek-V3.2's in
+    ``<｜DSML｜tool_calls>`` (or its other spellings ``toolcalls``, ``tool``)."""
+
+    name = "deepseek_v4"
+    markup = replace(
+        _dsml(_DSML, "tool_calls"), block_opens=(f"<{_DSML}toolcalls>", f"<{_DSML}tool>")
+    )
+
+
+class DeepSeekV41ToolParser(XmlToolParser):
+    """``deepseek_v41``: DeepSeek-V4.1's spaced DSML, ``<｜DSML｜ invoke name="NAME">`` in
+    ``<｜DSML｜ calls>``."""
+
+    name = "deepseek_v41"
+    markup = _dsml(_DSML, "calls", spaced=True)
+
+
+class GigaChat35ToolParser(XmlToolParser):
+    """``gigachat35``: GigaChat 3.5's GCML calls, DSML's shape with ``｜GCML｜`` tags."""
+
+    name = "gigachat35"
+    markup = _dsml("｜GCML｜", "tool_calls")
+
+
+# ---- Kimi K3 ---------------------------------------------------------------------------------
+
+
+class KimiK3ToolParser(XmlToolParser):
+    """``kimi_k3``: Kimi K3's XTML tools channel, ``<|open|>call tool="NAME" index="N"<|sep|>``
+    with ``<|open|>argument key="KEY" type="TYPE"<|sep|>VALUE<|close|>argument<|sep|>`` values
+    (``type="string"`` verbatim, any other JSON) in ``<|open|>tools<|sep|>``; the response
+    channel's markup is dropped from the content."""
+
+    name = "kimi_k3"
+    needs_special_tokens = True
+    markup = XmlMarkup(
+        block_open="<|open|>tools<|sep|>",
+        block_close="<|close|>tools<|sep|>",
+        call_open='<|open|>call tool="',
+        name_end='"',
+        call_close="<|close|>call<|sep|>",
+        param_open='<|open|>argument key="',
+        key_end='"',
+        attrs_end="<|sep|>",
+        type_attr="type",
+        string_type="string",
+        value_close="<|close|>argument<|sep|>",
+        drop=(
+            "<|open|>response<|sep|>",
+            "<|close|>response<|sep|>",
+            "<|close|>message<|sep|>",
+        ),
+        escaped=True,
     )

@@ -48,7 +48,7 @@ from tokenwire.server.fields import (
 )
 from tokenwire.server.logprobs import chat_logprobs_request, completion_logprobs_request
 from tokenwire.server.openai.beam import BEAM_FIELDS, beam_request
-from tokenwire.server.openai.tools import forced_schema, output_spec
+from tokenwire.server.openai.tools import forced_schema, output_spec, strict_tag
 from tokenwire.server.template_sandbox import brings_template, render_request_template
 from tokenwire.structured import STRUCTURED_FIELDS, structured_request
 from tokenwire.tokenizer import Tokenizer
@@ -483,6 +483,17 @@ def parse_chat(
         params.regex = params.ebnf = params.structural_tag = None
         params.json_schema = forced
         grammar_field = "tool_choice"
+    elif (
+        spec is not None
+        and spec.tools is not None  # tool_choice auto
+        and features.structured_outputs
+        and not (params.json_schema or params.regex or params.ebnf or params.structural_tag)
+    ):  # --tool-strict-level: a strict tool's call follows its schema (a format constraint
+        # the request sets itself stays the one in force, as vLLM's does)
+        tag = strict_tag(body, features, spec.tools)
+        if tag is not None:
+            params.structural_tag = tag
+            grammar_field = "tools"
     tools_cls = spec.tools if spec is not None else None
     reasoning_cls = spec.reasoning if spec is not None else None
     special = getattr(tools_cls, "needs_special_tokens", False) or getattr(

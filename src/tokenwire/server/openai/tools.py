@@ -18,7 +18,7 @@ from tokenwire.parsers.tools.forced import ForcedToolParser, required_schema
 from tokenwire.runtime.features import Features
 from tokenwire.structured import check_schema
 
-__all__ = ["forced_schema", "output_spec", "tool_names"]
+__all__ = ["forced_schema", "output_spec", "strict_tag", "tool_names"]
 
 
 def tool_names(tools: Any) -> list[str]:
@@ -97,6 +97,37 @@ def forced_schema(body: Mapping[str, Any]) -> str | None:
     return json.dumps(schema, ensure_ascii=False)
 
 
+def strict_tag(body: Mapping[str, Any], features: Features, tool_cls: Any) -> str | None:
+    """The structural tag that constrains a ``tool_choice: auto`` call (``--tool-strict-level``):
+    free text until the format's call trigger, then one call of the request's functions, its
+    arguments pinned to the schema of a ``strict`` tool (every tool at ``parameter``) and any
+    JSON object for the others; None when nothing is to be constrained or the format's calls
+    are not JSON after a fixed head."""
+    tools = body.get("tools") or []
+    level = features.tool_strict_level
+    strict = {t["function"]["name"] for t in tools if t["function"].get("strict") is True}
+    if not tools or level == "off" or (level == "auto" and not strict) or tool_cls is None:
+        return None
+    structures, triggers = [], []
+    for k, tool in enumerate(tools):
+        name = tool["function"]["name"]
+        call = tool_cls.strict_call(name) if hasattr(tool_cls, "strict_call") else None
+        if call is None:
+            return None
+        trigger, begin, end = call
+        schema: Any = {"type": "object"}
+        if level == "parameter" or name in strict:
+            _check_parameters(tools, k)
+            schema = tool["function"].get("parameters") or {"type": "object"}
+        structures.append({"begin": begin, "schema": schema, "end": end})
+        if trigger not in triggers:
+            triggers.append(trigger)
+    return json.dumps(
+        {"type": "structural_tag", "structures": structures, "triggers": triggers},
+        ensure_ascii=False,
+    )
+
+
 def _check_parameters(tools: list[Any], k: int) -> None:
     """A forced tool's ``parameters`` become the engine's grammar: a JSON schema object (or
     absent), checked as ``response_format``'s schema is."""
@@ -131,6 +162,10 @@ def output_spec(
         template_kwargs.get("enable_thinking") is False or template_kwargs.get("thinking") is False
     ):
         reasoning_cls = REASONING_PARSERS[features.reasoning_parser]
+    if getattr(tool_cls, "needs_template", False):
+        tool_cls = tool_cls.for_template(features.response_template)
+    if getattr(reasoning_cls, "needs_template", False):
+        reasoning_cls = reasoning_cls.for_template(features.response_template)
     if tool_cls is None and reasoning_cls is None:
         return None
     opens = reasoning_cls is not None and prompt_opens_reasoning(prompt_text, reasoning_cls)
