@@ -293,7 +293,7 @@ def test_a_client_that_goes_away_drops_its_inputs():
         assert httpx.post(s.url + "/v1/embeddings", json={"input": "x"}).status_code == 200
         sock = socket.create_connection(("127.0.0.1", s.port))
         sock.sendall(
-            b"POST /v1/embeddings HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+            b"POST /v1/embeddings HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\n"
             b"Content-Length: %d\r\n\r\n%b" % (len(body), body)
         )
         assert wait_until(lambda: len(s.runtime.pooling) == 3, 10)

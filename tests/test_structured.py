@@ -393,8 +393,12 @@ def test_tool_choice_required_and_named_with_an_engine_that_constrains(monkeypat
 
 class _CutShort(_Constraining):
     """Says it constrains, but decodes as an unconstrained model would (the synthetic engine's
-    own constrained decoding always finishes its JSON within ``max_tokens``): the echo engine's
-    output is then the prompt's first ``max_tokens`` tokens, a call cut short."""
+    own constrained decoding always finishes its JSON within ``max_tokens``, and refuses a
+    grammar that cannot): the echo engine's output is then the prompt's first ``max_tokens``
+    tokens, a call cut short, as a real engine's may be."""
+
+    async def check_grammar(self, params, client=None) -> None:
+        return None  # (it constrains nothing, so it refuses no grammar)
 
     def submit(self, request) -> None:
         request.params.json_schema = None

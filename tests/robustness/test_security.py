@@ -220,7 +220,7 @@ async def test_error_messages_quote_input_briefly(make):
         {"prompt": "x", "logit_bias": {huge: 1}},
         {"prompt": "x", "n": huge},
         {"prompt": "x", huge: 1, "max_tokens": huge},
-        {"messages": [{"role": huge, "content": "x"}]},
+        {"messages": [{"role": "user", "content": [{"type": huge}]}]},
     ):
         path = "/v1/chat/completions" if "messages" in body else "/v1/completions"
         resp = await call(app, "POST", path, json.dumps(body).encode())
