@@ -6,6 +6,7 @@ template's render cache."""
 
 from __future__ import annotations
 
+import dataclasses
 import random
 
 import pytest
@@ -45,6 +46,14 @@ PIECES = [
 
 def _runtime(reasoning: str | None = "qwen3", field: str = "reasoning"):
     features = Features(reasoning_parser=reasoning, reasoning_field=field)
+    if getattr(REASONING_PARSERS.get(reasoning or ""), "needs_template", False):
+        # (the hf parsers read the checkpoint's response_template: the corpus's one)
+        from parser_corpus import HF_TEMPLATE
+        from tokenwire.parsers import ResponseTemplate
+
+        features = dataclasses.replace(
+            features, response_template=ResponseTemplate.load(HF_TEMPLATE)
+        )
     engine = SyntheticEngine(TOK, SyntheticConfig())
     return create_app(TOK, engine, ServerConfig(model_name="m", features=features)).runtime
 

@@ -81,7 +81,7 @@ def test_agents_over_vllm(tmp_path, mcp_url):
             model=agents.OpenAIResponsesModel(model=NAME, openai_client=aclient),
             # (random weights seldom end an answer: EOS favoured once the forced call is made)
             model_settings=agents.ModelSettings(
-                tool_choice="required", max_tokens=64, extra_args={"logit_bias": {EOS: 100}}
+                tool_choice="required", max_tokens=64, extra_body={"logit_bias": {EOS: 100}}
             ),
         )
         result = asyncio.run(agents.Runner.run(agent, "What is the weather?"))
