@@ -373,6 +373,10 @@ class AddRequest:
     sampling: dict[str, Any]
     client_index: int = 0
     priority: int = 0
+    #: The ``LoRARequest`` (name, id, path), the prefix cache's salt, the session.
+    lora: list[Any] | None = None
+    cache_salt: str | None = None
+    session_id: str | None = None
 
 
 def decode_add(payload: bytes) -> AddRequest:
@@ -389,7 +393,10 @@ def decode_add(payload: bytes) -> AddRequest:
         raise CodecError("ADD without sampling params (pooling is not supported)")
     client_index = msg[11] if len(msg) > 11 and isinstance(msg[11], int) else 0
     priority = msg[13] if len(msg) > 13 and isinstance(msg[13], int) else 0
-    return AddRequest(msg[0], list(prompt), sampling, client_index, priority)
+    lora = msg[6] if isinstance(msg[6], list) and len(msg[6]) >= 3 else None
+    salt = msg[7] if isinstance(msg[7], str) else None
+    session = msg[20] if len(msg) > 20 and isinstance(msg[20], str) else None
+    return AddRequest(msg[0], list(prompt), sampling, client_index, priority, lora, salt, session)
 
 
 def sampling_params_from_map(sp: dict[str, Any]) -> SamplingParams:
@@ -892,6 +899,8 @@ def scheduler_stats_map(
     prefix_queries: int = 0,
     prefix_hits: int = 0,
     prefix_reset: bool = False,
+    running_lora_adapters: dict[str, int] | None = None,
+    waiting_lora_adapters: dict[str, int] | None = None,
 ) -> dict[str, Any]:
     """``SchedulerStats`` as vLLM 0.32's engine writes it: every field, and the prefix-cache
     stats of the requests first scheduled in the step (``reset`` after ``reset_prefix_cache``)."""
@@ -923,8 +932,8 @@ def scheduler_stats_map(
         "spec_decoding_stats": None,
         "kv_connector_stats": None,
         "ec_connector_stats": None,
-        "waiting_lora_adapters": {},
-        "running_lora_adapters": {},
+        "waiting_lora_adapters": waiting_lora_adapters or {},
+        "running_lora_adapters": running_lora_adapters or {},
         "cudagraph_stats": None,
         "perf_stats": None,
     }
