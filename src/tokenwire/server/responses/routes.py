@@ -19,8 +19,9 @@ from tokenwire.messages.errors import (
 )
 from tokenwire.runtime import Plan, Runtime
 from tokenwire.server import limits
+from tokenwire.server.admit import admit, release
 from tokenwire.server.as_chat import SplitOutput, parse_as_chat
-from tokenwire.server.errors import NotFound, error_body
+from tokenwire.server.errors import OPENAI_ERRORS, NotFound, error_body
 from tokenwire.server.guard import GENERIC_ERROR
 from tokenwire.server.http import encode, respond, send_error
 from tokenwire.server.responses.output import (
@@ -240,29 +241,47 @@ async def create(app: App, receive: Any, send: Any) -> None:
 
     try:
         plan = await limits.parse_body(receive, plan_of)
-        subs = rt.submit(plan)
     except ClientDisconnected:
         return
     except TokenwireError as err:
         await send_error(rt.metrics, send, err, ROUTE)
         return
+    # (its key's quotas and the waiting queue, as every generation route's)
+    admitted = await admit(rt, plan, receive, send, ROUTE, OPENAI_ERRORS)
+    if admitted is None:
+        return
+    subs, send = admitted.subs, admitted.send
     (req,) = requests
     running = response_object(req, plan.model, plan.created, status="in_progress")
     if req.store:
         cancel = (lambda: rt.abort_requests(plan.id)) if req.background else None
         state.store.start(req.id, running, cancel, req.echo_chars)
     if req.background:
-        state.tasks[req.id] = asyncio.ensure_future(_background(rt, plan, subs, req, state))
+        admitted.gone.cancel()  # (nobody waits on it: its client may go)
+        task = asyncio.ensure_future(_background(rt, plan, subs, req, state))
+        task.add_done_callback(lambda _: release(rt, admitted))
+        state.tasks[req.id] = task
         rt.metrics.requests.labels(ROUTE, "200").inc()
         await respond(send, 200, encode(running))
         return
     try:
         if plan.stream:
             streamer = ResponsesStreamer(rt, plan, subs, req, state)
-            await stream(rt, receive, send, streamer, ROUTE)
+            await stream(
+                rt,
+                receive,
+                send,
+                streamer,
+                ROUTE,
+                gone=admitted.gone,
+                started=admitted.started,
+                keep_alive=admitted.keep_alive,
+            )
         else:
-            await collect(rt, receive, send, subs, _collect(rt, plan, subs, req, state), ROUTE)
+            work = _collect(rt, plan, subs, req, state)
+            await collect(rt, receive, send, subs, work, ROUTE, gone=admitted.gone)
     finally:
+        release(rt, admitted)
         _abandoned(state, req, plan)
 
 
