@@ -8,7 +8,15 @@ import sys
 from collections.abc import Sequence
 
 from tokenwire.entrypoints import mock_engine, serve
-from tokenwire.entrypoints.options import adapters, engine, limits, operations, output, server
+from tokenwire.entrypoints.options import (
+    adapters,
+    engine,
+    fleet,
+    limits,
+    operations,
+    output,
+    server,
+)
 
 __all__ = ["build_parser", "main"]
 
@@ -34,6 +42,7 @@ def build_parser() -> argparse.ArgumentParser:
     limits.add_arguments(cmd)
     output.add_arguments(cmd)
     adapters.add_arguments(cmd)
+    fleet.add_arguments(cmd)
     operations.add_arguments(cmd)
     mock = sub.add_parser(
         "mock-engine",

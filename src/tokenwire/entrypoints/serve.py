@@ -10,7 +10,15 @@ import time
 from typing import Any
 
 from tokenwire.engine import Engine
-from tokenwire.entrypoints.options import adapters, engine, limits, operations, output, server
+from tokenwire.entrypoints.options import (
+    adapters,
+    engine,
+    fleet,
+    limits,
+    operations,
+    output,
+    server,
+)
 from tokenwire.server import ServerConfig, create_app
 from tokenwire.server.serving import TokenwireServer, uvicorn_config
 
@@ -27,6 +35,7 @@ def main(args: argparse.Namespace, serve_args: list[str]) -> int:
 def _serve(args: argparse.Namespace) -> int:
     started_at = time.perf_counter()
     limits.check(args)
+    fleet.check(args)
     listen = server.listen_settings(args)
     try:
         features = output.features(args)
@@ -80,6 +89,7 @@ def _serve(args: argparse.Namespace) -> int:
             dev_mode=adapters.dev_mode(),
             model_root=args.model or args.tokenizer,
             tokenizer_info=args.enable_tokenizer_info_endpoint,
+            **fleet.server_settings(args),
         ),
     )
     banner = (
@@ -121,6 +131,7 @@ def _supervise(args: argparse.Namespace, serve_args: list[str]) -> int:
     # before anything starts.
     server.listen_settings(args)
     operations.check_observe(args)
+    fleet.check(args)
     mock_args: list[str] = []
     launcher = None
     handshake = None

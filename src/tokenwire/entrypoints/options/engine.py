@@ -12,7 +12,7 @@ from typing import Any
 
 from tokenwire.engine import Engine
 from tokenwire.engine.synthetic import SyntheticConfig
-from tokenwire.entrypoints.options import adapters
+from tokenwire.entrypoints.options import adapters, fleet
 from tokenwire.tokenizer import Tokenizer
 
 __all__ = [
@@ -178,6 +178,7 @@ def mock_engine_args(args: argparse.Namespace) -> list[str]:
         out += ["--tokenizer", args.tokenizer]
     if args.max_model_len is not None:
         out += ["--max-model-len", str(args.max_model_len)]
+    out += fleet.engine_args(args, mock=True)
     return out
 
 
@@ -201,6 +202,7 @@ def vllm_engines(args: argparse.Namespace) -> tuple[str, Any]:
         extra += ["--collect-detailed-traces", ",".join(detailed)]
     if "--enable-lora" not in extra:
         extra += adapters.vllm_lora_args(args)
+    extra += fleet.engine_args(args, given=extra)
     launcher = VllmLauncher(
         args.model,
         port=port,
@@ -232,6 +234,7 @@ def vllm_engine(
                 ready_timeout=args.engine_start_timeout,
                 stall_timeout=args.engine_stall_timeout or None,
                 should_stop=should_stop,
+                **fleet.engine_config(args),
             ),
         )
     address, launcher = vllm_engines(args)
@@ -250,5 +253,6 @@ def vllm_engine(
             progress=progress,
             # SIGTERM/SIGINT while the engines start (minutes) stop the startup at once.
             should_stop=should_stop,
+            **fleet.engine_config(args),
         ),
     )
