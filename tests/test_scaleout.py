@@ -17,6 +17,10 @@ import httpx
 import openai
 import pytest
 
+from tokenwire import Tokenizer
+from tokenwire.engine.pooling import PoolingRequest
+from tokenwire.engine.synthetic_pooling import SyntheticPooler
+from tokenwire.pooling import PoolingParams
 from vllm_helpers import alive, children, free_port, metric, start_streams, wait_until
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="Linux process tree")
@@ -138,6 +142,14 @@ def test_two_api_servers_over_two_engines_with_the_openai_client():
         ]
         assert sum(per_worker) == total and min(per_worker) > 0
         assert metric(srv.url, "tokenwire_engines_alive") == 2
+        # Embeddings too: the mock engines' vectors are the synthetic engine's.
+        tok = Tokenizer.default()
+        body = {"model": MODEL, "input": ["a b", "c"], "dimensions": 16}
+        got = httpx.post(srv.url + "/v1/embeddings", json=body, timeout=30).json()
+        want = SyntheticPooler(384, 0, tok.special_ids).pool(
+            [PoolingRequest(t, tok.encode(t), PoolingParams("embed", 16)) for t in body["input"]]
+        )
+        assert [d["embedding"] for d in got["data"]] == [w.tolist() for w in want]
         # Each engine step's scheduler stats reach one worker only (vLLM's rule): the merge takes
         # each engine's newest, so nothing is left running once every request is done.
         for name in ("vllm:num_requests_running", "vllm:num_requests_waiting"):

@@ -2,6 +2,8 @@
 
 Token ids in; exact text, stop handling and OpenAI-compatible responses out."""
 
+# (first: with TOKENWIRE_PURE_PYTHON=1 the compiled modules load from their sources)
+import tokenwire._pure  # noqa: F401
 from tokenwire.detok import DecodeBatch, DecodeStream
 from tokenwire.messages.errors import (
     ClientDisconnected,

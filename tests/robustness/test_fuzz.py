@@ -26,6 +26,7 @@ from tokenwire.server import ServerConfig, create_app
 from tokenwire.server import generate as sglang
 from tokenwire.server.anthropic import request as anthropic_request
 from tokenwire.server.openai import parse as openai_parse
+from tokenwire.server.pooling import requests as pooling_request
 from tokenwire.server.responses import request as responses_request
 
 from asgi_client import call
@@ -40,6 +41,12 @@ ROUTES = {
     "/v1/responses": sorted(responses_request.RESPONSES_KEYS),
     "/v1/messages": sorted(anthropic_request.MESSAGES_KEYS),
     "/v1/messages/count_tokens": sorted(anthropic_request.COUNT_TOKENS_KEYS),
+    "/v1/embeddings": sorted(pooling_request._EMBEDDINGS_FIELDS),
+    "/pooling": sorted(pooling_request._POOLING_FIELDS),
+    "/classify": sorted(pooling_request._CLASSIFY_FIELDS | {"text"}),
+    "/score": sorted(pooling_request._SCORING | {"queries", "documents", "text_1", "text_2"}),
+    "/rerank": sorted(pooling_request._RERANK_FIELDS),
+    "/encode": sorted(pooling_request._ENCODE_FIELDS),
 }
 #: Routes whose errors are in Anthropic's shape.
 ANTHROPIC = {"/v1/messages", "/v1/messages/count_tokens"}
@@ -171,7 +178,18 @@ FIELD_VALUES = {
             {"type": "auto", "disable_parallel_tool_use": True},
         ]
     ),
-    "input": st.text(max_size=30) | st.lists(item, max_size=3),
+    "input": st.text(max_size=30)
+    | st.lists(item, max_size=3)
+    # (the pooling routes': token ids, or a batch of texts and token ids)
+    | token_ids
+    | st.lists(token_ids | st.text(max_size=5), max_size=3),
+    "documents": st.text(max_size=10) | st.lists(st.text(max_size=10) | json_any, max_size=3),
+    "queries": st.text(max_size=10) | st.lists(st.text(max_size=10), max_size=3),
+    "query": st.text(max_size=10) | json_any,
+    "dimensions": st.integers(min_value=-2, max_value=500),
+    "truncate_prompt_tokens": st.integers(min_value=-3, max_value=50_000),
+    "encoding_format": st.sampled_from(["float", "base64", "bytes", "bytes_only", "hex"]),
+    "top_n": st.integers(min_value=-1, max_value=5),
     "system": st.text(max_size=10) | st.lists(block, max_size=2),
     "max_output_tokens": st.integers(min_value=-2, max_value=50),
     "stop_sequences": st.lists(st.text(max_size=5), max_size=3),
@@ -209,6 +227,12 @@ VALID = {
     "/v1/responses": {"input": "hi", "max_output_tokens": 3},
     "/v1/messages": {"messages": [{"role": "user", "content": "hi"}], "max_tokens": 3},
     "/v1/messages/count_tokens": {"messages": [{"role": "user", "content": "hi"}]},
+    "/v1/embeddings": {"input": ["hi", "there"]},
+    "/pooling": {"input": "hi"},
+    "/classify": {"input": "hi"},
+    "/score": {"queries": "hi", "documents": ["a", "b"]},
+    "/rerank": {"query": "hi", "documents": ["a", "b"]},
+    "/encode": {"text": "hi"},
 }
 
 
@@ -293,8 +317,9 @@ def test_fuzzed_bodies_never_500_never_hang(served, path):
         assert served.run(call(served.app, "GET", "/health")).status == 200
         # Every request ended everywhere (a background response ends by itself, soon).
         deadline = time.monotonic() + 10
-        while len(served.app.runtime.shard) and time.monotonic() < deadline:
+        rt = served.app.runtime
+        while (len(rt.shard) or len(rt.pooling)) and time.monotonic() < deadline:
             time.sleep(0.01)
-        assert len(served.app.runtime.shard) == 0
+        assert len(rt.shard) == 0 and len(rt.pooling) == 0
 
     check()

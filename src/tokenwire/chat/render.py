@@ -6,6 +6,8 @@ templates use (``raise_exception``, ``strftime_now``) and the variables (``messa
 from __future__ import annotations
 
 import json
+import threading
+from collections import OrderedDict
 from collections.abc import Mapping
 from datetime import datetime
 from functools import lru_cache
@@ -13,6 +15,7 @@ from typing import Any
 
 import jinja2
 import jinja2.ext
+import msgspec
 from jinja2.sandbox import ImmutableSandboxedEnvironment
 
 from tokenwire.messages.errors import ValidationError
@@ -47,6 +50,31 @@ def _compile(template: str) -> jinja2.Template:
     return env.from_string(template)
 
 
+#: Rendered prompts kept for conversations seen again (the same template, messages, tools and
+#: options: a client that resends a request, ``n`` prompts of one conversation, a benchmark), at
+#: most this many, least recently used out first ...
+RENDER_CACHE_SIZE = 256
+#: ... and only for inputs of at most this many bytes of JSON.
+_RENDER_CACHE_MAX_KEY = 16 << 10
+_rendered: OrderedDict[tuple[str, bytes], str] = OrderedDict()
+_rendered_lock = threading.Lock()  # (large requests are parsed in worker threads)
+_key_json = msgspec.json.Encoder()
+
+
+def _render_key(template: str, inputs: list[Any]) -> tuple[str, bytes] | None:
+    """The render cache's key for ``inputs`` under ``template`` (None: not cached, as for a
+    template that reads the clock, or inputs too large)."""
+    if "strftime_now" in template:
+        return None
+    try:
+        data = _key_json.encode(inputs)
+    except (TypeError, ValueError, OverflowError):
+        return None
+    if len(data) > _RENDER_CACHE_MAX_KEY:
+        return None
+    return template, data
+
+
 def render_chat(
     template: str | None,
     messages: list[dict[str, Any]],
@@ -78,8 +106,39 @@ def render_chat(
         raise ValidationError(
             f"chat_template_kwargs may not set {sorted(clash)[0]!r}", param="chat_template_kwargs"
         )
+    inputs = [messages, tools, kwargs, add_generation_prompt, bos_token, eos_token]
+    key = _render_key(template, inputs)
+    text = None
+    if key is not None:
+        with _rendered_lock:
+            text = _rendered.get(key)
+            if text is not None:
+                _rendered.move_to_end(key)
+    if text is None:
+        text = _render(
+            compiled, messages, add_generation_prompt, tools, bos_token, eos_token, kwargs
+        )
+        if key is not None:
+            with _rendered_lock:
+                _rendered[key] = text
+                if len(_rendered) > RENDER_CACHE_SIZE:
+                    _rendered.popitem(last=False)
+    if continue_final_message:
+        text = _open_final_message(text, messages[-1]["content"])
+    return text
+
+
+def _render(
+    compiled: jinja2.Template,
+    messages: list[dict[str, Any]],
+    add_generation_prompt: bool,
+    tools: list[Any] | None,
+    bos_token: str | None,
+    eos_token: str | None,
+    kwargs: dict[str, Any],
+) -> str:
     try:
-        text = compiled.render(
+        return compiled.render(
             messages=messages,
             add_generation_prompt=add_generation_prompt,
             tools=tools,
@@ -96,9 +155,6 @@ def render_chat(
             f"the chat template cannot render these messages ({type(exc).__name__}: {exc})",
             param="messages",
         ) from None
-    if continue_final_message:
-        text = _open_final_message(text, messages[-1]["content"])
-    return text
 
 
 def _open_final_message(text: str, final: str | list[Any]) -> str:

@@ -43,6 +43,12 @@ import numpy as np
 from tokenwire.engine import EngineRequest, OutputCallback, RequestTimes
 from tokenwire.engine.constrained import ConstrainedDecoder, TokenTables, prepare_grammar
 from tokenwire.engine.grammar import Grammar, GrammarCompiler, constraint_of
+from tokenwire.engine.pooling import Pooled, PoolingRequest
+from tokenwire.engine.synthetic_pooling import (
+    DEFAULT_EMBEDDING_DIM,
+    SYNTHETIC_POOLING_TASKS,
+    SyntheticPooler,
+)
 from tokenwire.messages.errors import QueueFullError
 from tokenwire.messages.frames import (
     FRAME_LAYOUTS,
@@ -98,6 +104,8 @@ class SyntheticConfig:
     frame_layout: str = LAYOUT_SEED
     #: Prompt tokens reported as served from a prefix cache (at most each prompt's length).
     cached_tokens: int = 0
+    #: The size of its embeddings (pooling requests: ``tokenwire.engine.synthetic_pooling``).
+    embedding_dim: int = DEFAULT_EMBEDDING_DIM
 
     def __post_init__(self) -> None:
         if self.output not in OUTPUTS:
@@ -112,6 +120,8 @@ class SyntheticConfig:
             )
         if self.cached_tokens < 0:
             raise ValueError(f"cached_tokens must be at least 0, got {self.cached_tokens}")
+        if self.embedding_dim < 1:
+            raise ValueError(f"embedding_dim must be at least 1, got {self.embedding_dim}")
 
 
 _MASK64 = (1 << 64) - 1
@@ -256,6 +266,8 @@ class SyntheticEngine:
 
     #: It constrains decoding to a JSON schema, regex, grammar or structural tag (llguidance).
     supports_structured_outputs = True
+    #: It generates, and pools (embeddings: ``submit_pooling``).
+    supported_tasks = ("generate", *SYNTHETIC_POOLING_TASKS)
 
     def __init__(self, tokenizer: Tokenizer, config: SyntheticConfig | None = None) -> None:
         self.tokenizer = tokenizer
@@ -288,6 +300,9 @@ class SyntheticEngine:
 
         #: Per request: when it was queued, admitted to the batch and finished (0: not yet).
         self._times: dict[str, list[float]] = {}
+        #: Pooling requests waiting for the next step, and what pools them.
+        self._pooling: dict[str, PoolingRequest] = {}
+        self.pooler = SyntheticPooler(self.config.embedding_dim, self.config.seed, specials)
 
     # ---- grammars --------------------------------------------------------------------------------
 
@@ -354,8 +369,34 @@ class SyntheticEngine:
         times[request.rid] = [time.monotonic(), 0.0, 0.0]
         self._wake.set()
 
+    @property
+    def pooling_model(self) -> Any:
+        """What its pooling outputs are (``tokenwire.pooling.PoolingModel``)."""
+        return self.pooler.model
+
+    def submit_pooling(self, request: PoolingRequest) -> None:
+        """Queue an input to pool: it is answered with the next step, with every other input
+        queued by then."""
+        if not self._alive:
+            raise QueueFullError("the engine is not running")
+        if len(self._pooling) >= self.config.max_waiting:
+            raise QueueFullError(f"the engine queue is full ({self.config.max_waiting} waiting)")
+        self.stats["submitted"] += 1
+        self._pooling[request.rid] = request
+        self._wake.set()
+
+    def _pool_step(self) -> Pooled:
+        """Every pooling request waiting, answered at once."""
+        reqs = list(self._pooling.values())
+        self._pooling.clear()
+        self.stats["finished"] += len(reqs)
+        return Pooled([r.rid for r in reqs], self.pooler.pool(reqs))
+
     def abort(self, rid: str) -> None:
         self._times.pop(rid, None)
+        if self._pooling.pop(rid, None) is not None:
+            self.stats["aborted"] += 1
+            return
         if self._running.pop(rid, None) is not None or self._compiling.pop(rid, None):
             self.stats["aborted"] += 1
             return
@@ -405,14 +446,21 @@ class SyntheticEngine:
     async def _run(self) -> None:
         try:
             while self._alive:
-                idle = not (self._running or self._waiting or self._faults or self._failed)
+                idle = not (
+                    self._running or self._waiting or self._faults or self._failed or self._pooling
+                )
                 if idle:
                     self._wake.clear()
                     await self._wake.wait()
                     continue
+                assert self._output is not None
+                if self._pooling:
+                    self._output(self._pool_step())
+                if not (self._running or self._waiting or self._faults or self._failed):
+                    await asyncio.sleep(self.config.step_time)
+                    continue
                 self._admit()
                 frames = self._step()
-                assert self._output is not None
                 for frame in frames:
                     self._output(frame)
                 await asyncio.sleep(self.config.step_time)
@@ -422,9 +470,10 @@ class SyntheticEngine:
             log.exception("synthetic engine crashed")
             self._alive = False
             # Nothing in flight may hang: every request learns the engine is gone.
-            rids = [*self._running, *(r.rid for r in self._waiting)]
+            rids = [*self._running, *(r.rid for r in self._waiting), *self._pooling]
             self._running.clear()
             self._waiting.clear()
+            self._pooling.clear()
             if self._output is not None:
                 for rid in rids:
                     self._output(encode_error_frame(rid, f"the engine crashed: {exc}"))

@@ -30,6 +30,14 @@ def add_arguments(mock: argparse.ArgumentParser) -> None:
         help="the context length it reports (default: the tokenizer's)",
     )
     mock.add_argument(
+        "--runner",
+        choices=["generate", "pooling", "both"],
+        default="generate",
+        help="the tasks it says it runs (vLLM's get_supported_tasks): a generation model's, a "
+        "pooling model's (embed, token_embed: the synthetic engine's vectors) or both "
+        "(default: %(default)s)",
+    )
+    mock.add_argument(
         "--stats-file",
         default=None,
         metavar="PATH",
@@ -57,6 +65,7 @@ def main(args: argparse.Namespace) -> int:
         args.handshake_address,
         rank=args.data_parallel_rank,
         max_model_len=args.max_model_len,
+        runner=args.runner,
         cache=cache,
         stats_file=args.stats_file,
     )

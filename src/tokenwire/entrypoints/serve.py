@@ -64,10 +64,13 @@ def _serve(args: argparse.Namespace) -> int:
         from tokenwire.engine.synthetic import SyntheticEngine
 
         eng = SyntheticEngine(tok, engine.synthetic_config(args))
+    pooling_model, pooler_config = engine.pooling_settings(args)
     app = create_app(
         tok,
         eng,
         ServerConfig(
+            pooling_model=pooling_model,
+            pooler_config=pooler_config,
             model_name=name,
             max_concurrent_requests=args.max_concurrent_requests,
             stall_timeout=args.stall_timeout or None,

@@ -20,8 +20,10 @@ that the args say, and vLLM's operations flags from them: TLS (``--ssl-keyfile``
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import logging
+import os
 import socket
 import sys
 from collections.abc import Sequence
@@ -128,7 +130,16 @@ def settings_from_args(args_json: str) -> dict[str, Any]:
         "ready_timeout": float(raw.get("engine_ready_timeout_secs") or 600),
         "log_level": "info",
         "operations": operations_from_args(raw),
+        "pooler_config": _pooler_config(raw.get("pooler_config")),
     }
+
+
+def _pooler_config(value: Any) -> dict[str, Any]:
+    """vLLM's ``--pooler-config`` (a JSON object, or the string of one)."""
+    if isinstance(value, str):
+        with contextlib.suppress(ValueError):
+            value = json.loads(value)
+    return dict(value) if isinstance(value, dict) else {}
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -142,6 +153,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     from tokenwire.entrypoints.options import operations, server
     from tokenwire.entrypoints.options.adapters import dev_mode, runtime_lora_updating
     from tokenwire.generation_config import load_generation_defaults
+    from tokenwire.pooling import PoolingModel
     from tokenwire.runtime import Features
     from tokenwire.server import ServerConfig, create_app
     from tokenwire.server.serving import ConnectionLimits, uvicorn_config
@@ -190,6 +202,12 @@ def main(argv: Sequence[str] | None = None) -> int:
             dev_mode=dev_mode(),
             model_root=settings["model"],
             tokenizer_info=settings["enable_tokenizer_info_endpoint"],
+            pooling_model=(
+                PoolingModel.from_dir(settings["model"])
+                if os.path.isdir(settings["model"])
+                else None
+            ),
+            pooler_config=settings["pooler_config"],
         ),
     )
     listener = socket.socket(fileno=args.listen_fd)

@@ -166,10 +166,12 @@ class SinkError(enum.Enum):
 class _Notifier:
     """Wakes waiting consumers of one event loop, in one loop callback per batch of wake-ups."""
 
-    __slots__ = ("_held", "_pending", "_scheduled", "loop")
+    __slots__ = ("_held", "_pending", "_scheduled", "_thread", "loop")
 
-    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+    def __init__(self, loop: asyncio.AbstractEventLoop, thread: int | None = None) -> None:
         self.loop = loop
+        #: The loop's thread: a producer there schedules without waking the loop (it runs).
+        self._thread = threading.get_ident() if thread is None else thread
         self._pending: list[asyncio.Future[None] | _Callback] = []
         self._scheduled = False
         self._held: list[_Callback] = []  # callbacks resting until the next loop iteration
@@ -179,7 +181,10 @@ class _Notifier:
         if not self._scheduled:
             self._scheduled = True
             try:
-                self.loop.call_soon_threadsafe(self._run)
+                if threading.get_ident() == self._thread:
+                    self.loop.call_soon(self._run)  # (no write to the loop's wake-up pipe)
+                else:
+                    self.loop.call_soon_threadsafe(self._run)
             except RuntimeError:  # the loop is closed: nobody is waiting any more
                 self._scheduled = False
 
@@ -263,6 +268,7 @@ def _notifier_for(loop: asyncio.AbstractEventLoop) -> _Notifier:
                 for old in [lp for lp in _notifiers if lp.is_closed()]:
                     del _notifiers[old]
                 notifier = _notifiers[loop] = _Notifier(loop)
+    notifier._thread = threading.get_ident()  # (called on the loop's thread, running)
     return notifier
 
 
@@ -463,6 +469,29 @@ class EgressSink:
             if self._waiter is callback:
                 self._waiter = None
             self._callback = None
+
+    def take_steps(self) -> list[tuple[str, int, int]] | None:
+        """Every item waiting, when all are steps' chunks (``StepChunks``: one token, no finish),
+        as ``(text, token id, completion tokens)`` each, without a ``Frame`` apiece; None, with
+        nothing taken, when another kind of item waits (or none does)."""
+        dq = self._dq
+        try:
+            n = len(dq)
+            if not n or any(type(item) is not StepChunks for item in dq):
+                return None
+        except RuntimeError:  # (a producer on another thread changed the queue meanwhile)
+            return None
+        row = self.row
+        out = []
+        for _ in range(n):
+            item = dq.popleft()
+            if type(item) is not StepChunks:  # (merged meanwhile by a producer elsewhere)
+                dq.appendleft(item)
+                break
+            j = item.rows[row]
+            out.append((item.texts[j], item.token_ids[j], item.completion_tokens[j]))
+        self._taken_at = time.monotonic()
+        return out
 
     def get_nowait(self) -> Any:
         """The next item; ``IndexError`` when none is waiting."""

@@ -9,12 +9,15 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from mypy_extensions import mypyc_attr
+
 from tokenwire.parsers.reasoning import ReasoningStream
 from tokenwire.parsers.tools.base import ToolCall, ToolCallDelta, ToolCallParser, merge_tool_deltas
 
 __all__ = ["OutputDelta", "OutputParser", "OutputSpec"]
 
 
+@mypyc_attr(allow_interpreted_subclasses=True)
 @dataclass
 class OutputDelta:
     """What a piece of output adds to a chat message."""
@@ -32,6 +35,7 @@ class OutputDelta:
         self.tool_calls.extend(other.tool_calls)
 
 
+@mypyc_attr(allow_interpreted_subclasses=True)
 @dataclass
 class OutputSpec:
     """How one request's outputs are parsed (each choice gets its own ``OutputParser``)."""
@@ -56,6 +60,7 @@ class OutputSpec:
         return OutputParser(reasoning, tools, token_chars)
 
 
+@mypyc_attr(allow_interpreted_subclasses=True)
 class OutputParser:
     """Reasoning, then tool calls, incrementally: ``feed(text, token_ids)``, ``finish()``."""
 
@@ -89,6 +94,28 @@ class OutputParser:
         self._chars += len(text)
         self._answer(out, answer)
         return out
+
+    def feed_plain(self, text: str, n_tokens: int) -> int:
+        """The fast path of ``feed`` (for ``n_tokens`` tokens): 1 when the piece is all
+        reasoning, 2 when it is all content, either taken as ``feed`` takes it; 0 when ``feed``
+        must take it (nothing taken). It applies while the reasoning parser's own fast path
+        does (``ReasoningStream.plain``) and, for content, with no tool-call parser."""
+        r = self.reasoning
+        if r is None:
+            if self.tools is not None:
+                return 0
+            kind = 2
+        else:
+            ended_before = r.reasoning_end is not None
+            kind = r.plain(text, self.tools is None)
+            if not kind:
+                return 0
+            if not ended_before:  # ``_count``: decided, and not ended in this piece
+                if r.in_reasoning:
+                    self.reasoning_tokens += self._pending + n_tokens
+                self._pending = 0
+        self._chars += len(text)
+        return kind
 
     def _count(self, token_ids: Sequence[int]) -> None:
         """Count this piece's tokens that went to the reasoning (tokens whose side is not known

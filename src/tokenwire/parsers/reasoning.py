@@ -20,6 +20,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
+from mypy_extensions import mypyc_attr
+
 from tokenwire.parsers.markers import find_marker
 
 __all__ = [
@@ -44,6 +46,7 @@ __all__ = [
 ]
 
 
+@mypyc_attr(allow_interpreted_subclasses=True)
 @dataclass
 class ReasoningDelta:
     """What a piece of output adds: thinking text and answer text."""
@@ -58,6 +61,7 @@ class ReasoningDelta:
 _START, _REASONING, _ANSWER_OPEN, _ANSWER, _CONTENT = range(5)
 
 
+@mypyc_attr(allow_interpreted_subclasses=True)
 class ReasoningStream:
     """What every reasoning parser offers: a streamed output split into thinking and answer
     (subclasses implement ``_run``, ``decided`` and ``in_reasoning``)."""
@@ -87,6 +91,13 @@ class ReasoningStream:
         """The output is over: whatever was held back."""
         return self._run("", final=True)
 
+    def plain(self, text: str, content_ok: bool = True) -> int:
+        """The fast path of ``feed``: 1 when ``text`` is certainly all thinking, 2 when it is
+        certainly all answer (only if ``content_ok``), each taken as ``feed`` would take it;
+        0 when ``feed`` must look at it (nothing taken). A parser without a fast path answers
+        0 always."""
+        return 0
+
     def parse(self, text: str) -> ReasoningDelta:
         """A whole output at once."""
         out = self.feed(text)
@@ -97,6 +108,7 @@ class ReasoningStream:
         raise NotImplementedError
 
 
+@mypyc_attr(allow_interpreted_subclasses=True)
 class ReasoningParser(ReasoningStream):
     """Thinking between markers, described by data (subclasses set the class attributes): the
     output opens with one of ``start_tags`` (or is thinking from its start: ``implicit_start``,
@@ -131,6 +143,28 @@ class ReasoningParser(ReasoningStream):
         self.reasoning_end = None
         self._consumed = 0
         self._ends = self.end_tags + self.end_keep_tags
+        #: The characters a marker that ends the thinking starts with (text without any of
+        #: them cannot hold one, nor the start of one).
+        self._end_firsts: tuple[str, ...] | None = (
+            None if not all(self._ends) else tuple(sorted({m[0] for m in self._ends}))
+        )
+
+    def plain(self, text: str, content_ok: bool = True) -> int:
+        """The fast path of ``feed``: a piece that holds no character a closing marker starts
+        with, in thinking, is thinking; any piece once the answer has begun (no answer markup
+        left) is answer; nothing held back either way."""
+        if self._buf:
+            return 0
+        state = self._state
+        if state == _CONTENT:
+            return 2 if content_ok else 0
+        if state == _REASONING and self._end_firsts is not None:
+            for c in self._end_firsts:
+                if c in text:
+                    return 0
+            self._consumed += len(text)
+            return 1
+        return 0
 
     @property
     def decided(self) -> bool:
@@ -202,12 +236,14 @@ class ReasoningParser(ReasoningStream):
         return _ANSWER_OPEN if self.answer_tags else _CONTENT
 
 
+@mypyc_attr(allow_interpreted_subclasses=True)
 class Qwen3ReasoningParser(ReasoningParser):
     """Qwen3 (and QwQ): ``<think>`` opens the output, or the prompt already opened it."""
 
     name = "qwen3"
 
 
+@mypyc_attr(allow_interpreted_subclasses=True)
 class DeepSeekR1ReasoningParser(ReasoningParser):
     """DeepSeek-R1: reasoning until ``</think>``, opened or not."""
 
@@ -215,6 +251,7 @@ class DeepSeekR1ReasoningParser(ReasoningParser):
     implicit_start = True
 
 
+@mypyc_attr(allow_interpreted_subclasses=True)
 class DeepSeekV3ReasoningParser(ReasoningParser):
     """DeepSeek-V3.1/V3.2: thinking only when the request turns it on, which its template does
     by opening ``<think>`` in the prompt."""
@@ -222,6 +259,7 @@ class DeepSeekV3ReasoningParser(ReasoningParser):
     name = "deepseek_v3"
 
 
+@mypyc_attr(allow_interpreted_subclasses=True)
 class Glm45ReasoningParser(ReasoningParser):
     """GLM-4.5/4.6/4.7: ``<think>`` opens the output (``enable_thinking: false`` closes it in the
     prompt); a ``<tool_call>`` ends unclosed thinking."""
@@ -231,6 +269,7 @@ class Glm45ReasoningParser(ReasoningParser):
     end_keep_tags = ("<tool_call>",)
 
 
+@mypyc_attr(allow_interpreted_subclasses=True)
 class GraniteReasoningParser(ReasoningParser):
     """Granite 3.2+: ``Here is my thought process:`` ... ``Here is my response:`` (or
     ``Here's``), plain text."""
@@ -240,6 +279,7 @@ class GraniteReasoningParser(ReasoningParser):
     end_tags = ("Here is my response:", "Here's my response:")
 
 
+@mypyc_attr(allow_interpreted_subclasses=True)
 class HunyuanA13BReasoningParser(ReasoningParser):
     """Hunyuan-A13B: ``<think>`` ... ``</think>``, the answer in ``<answer>`` tags."""
 
@@ -247,6 +287,7 @@ class HunyuanA13BReasoningParser(ReasoningParser):
     answer_tags = ("<answer>", "</answer>")
 
 
+@mypyc_attr(allow_interpreted_subclasses=True)
 class MistralReasoningParser(ReasoningParser):
     """Magistral (Mistral tokenizer v13+): ``[THINK]`` ... ``[/THINK]`` special tokens; a
     ``[TOOL_CALLS]`` ends unclosed thinking."""
@@ -258,6 +299,7 @@ class MistralReasoningParser(ReasoningParser):
     end_keep_tags = ("[TOOL_CALLS]",)
 
 
+@mypyc_attr(allow_interpreted_subclasses=True)
 class Step3ReasoningParser(ReasoningParser):
     """Step-3: thinking until ``</think>`` (its template opens it)."""
 
@@ -265,6 +307,7 @@ class Step3ReasoningParser(ReasoningParser):
     implicit_start = True
 
 
+@mypyc_attr(allow_interpreted_subclasses=True)
 class SeedOssReasoningParser(ReasoningParser):
     """Seed-OSS: ``<seed:think>`` ... ``</seed:think>``; a ``<seed:tool_call>`` ends unclosed
     thinking."""
@@ -276,6 +319,7 @@ class SeedOssReasoningParser(ReasoningParser):
     end_keep_tags = ("<seed:tool_call>",)
 
 
+@mypyc_attr(allow_interpreted_subclasses=True)
 class MinimaxM2ReasoningParser(ReasoningParser):
     """MiniMax-M2: thinking until ``</think>`` (the template opens it); a
     ``<minimax:tool_call>`` ends unclosed thinking."""
@@ -286,6 +330,7 @@ class MinimaxM2ReasoningParser(ReasoningParser):
     end_keep_tags = ("<minimax:tool_call>",)
 
 
+@mypyc_attr(allow_interpreted_subclasses=True)
 class KimiK2ReasoningParser(ReasoningParser):
     """Kimi K2 (Thinking): ``<think>`` ... ``</think>``; a tool-calls section ends unclosed
     thinking."""
@@ -295,6 +340,7 @@ class KimiK2ReasoningParser(ReasoningParser):
     end_keep_tags = ("<|tool_calls_section_begin|>",)
 
 
+@mypyc_attr(allow_interpreted_subclasses=True)
 class Ernie45ReasoningParser(ReasoningParser):
     """ERNIE-4.5 thinking models: thinking until ``</think>``, the answer in ``<response>``
     tags."""
@@ -304,6 +350,7 @@ class Ernie45ReasoningParser(ReasoningParser):
     answer_tags = ("<response>", "</response>")
 
 
+@mypyc_attr(allow_interpreted_subclasses=True)
 class Olmo3ReasoningParser(ReasoningParser):
     """OLMo 3 Think: thinking until ``</think>`` (``<think>`` optional, plain text)."""
 

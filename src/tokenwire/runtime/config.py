@@ -6,7 +6,9 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 
+from tokenwire.pooling.tasks import PoolingModel
 from tokenwire.runtime.features import Features
 from tokenwire.shard import DEFAULT_MAX_STALL
 
@@ -44,3 +46,9 @@ class RuntimeConfig:
     #: this one's index (``tokenwire serve --api-server-count``).
     metrics_dir: str | None = None
     worker_index: int = 0
+    #: What the pooling routes must know of the model (its config's facts; an engine that
+    #: describes its own outputs, the synthetic one, overrides it).
+    pooling_model: PoolingModel | None = None
+    #: vLLM's ``--pooler-config`` as far as the frontend reads it: the ``task`` to run, and the
+    #: ``dimensions`` and ``use_activation`` a request leaves unset.
+    pooler_config: Mapping[str, Any] = dataclasses.field(default_factory=dict)

@@ -201,14 +201,14 @@ class EngineSeries:
         self.max_num_generation_tokens = m.max_num_generation_tokens.labels(*labels)
         self.egress_step = m.egress_step.labels(str(engine))
 
-    def finished(self, reason: str) -> None:
-        """One request (choice) finished with ``reason``."""
+    def finished(self, reason: str, count: int = 1) -> None:
+        """One request (choice), or ``count`` of them, finished with ``reason``."""
         counter = self.success.get(reason)
         if counter is None:  # a reason vLLM does not have (an engine's own)
             counter = self.success[reason] = self._metrics.request_success.labels(
                 self._metrics.model_name, str(self.label), reason
             )
-        counter.inc()
+        counter.inc(count)
 
 
 class Metrics:

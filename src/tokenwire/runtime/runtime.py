@@ -30,6 +30,12 @@ from tokenwire.engine import (
     supports_stop_token_sequences,
     supports_structured_outputs,
 )
+from tokenwire.engine.pooling import (
+    Pooled,
+    PoolingRequest,
+    engine_pooling_tasks,
+    engine_supported_tasks,
+)
 from tokenwire.messages.egress import EgressSink
 from tokenwire.messages.errors import (
     InternalError,
@@ -48,12 +54,14 @@ from tokenwire.messages.frames import (
     decode_error_frame,
     decode_result_frame,
 )
+from tokenwire.pooling.tasks import PoolingModel, choose_pooling_task
 from tokenwire.runtime.admission import Admission
 from tokenwire.runtime.config import RuntimeConfig
 from tokenwire.runtime.fleet_metrics import FleetMetrics
 from tokenwire.runtime.metrics import EngineCollector, EngineSeries, Metrics, SharedMetrics
 from tokenwire.runtime.models import ServedModels
 from tokenwire.runtime.plan import Plan
+from tokenwire.runtime.pooling import PoolingJob, PoolingPlan, PoolingRequests
 from tokenwire.shard import DetokShard
 from tokenwire.tokenizer import Tokenizer
 
@@ -87,11 +95,17 @@ class Runtime:
             root=config.model_root,
         )
         self.shard = DetokShard(self._abort_in_engine, max_stall=config.stall_timeout)
+        #: Pooling inputs in flight (embeddings, scores...), and what the model pools: its
+        #: tasks and the one it runs (known once the engine has started).
+        self.pooling = PoolingRequests(self._abort_in_engine)
+        self.supported_tasks: tuple[str, ...] = engine_supported_tasks(engine)
+        self.pooling_task: str | None = None
+        self.pooling_model: PoolingModel = config.pooling_model or PoolingModel()
         self.metrics = Metrics(config.model_name, tokenizer.max_model_len)
         #: The waiting queue in front of the engines.
         self.admission = Admission(
             config.max_concurrent_requests,
-            self.shard.__len__,
+            lambda: len(self.shard) + len(self.pooling),
             max_waiting=config.max_waiting_requests,
             timeout=config.queue_timeout,
         )
@@ -143,6 +157,11 @@ class Runtime:
             )
         for e in getattr(self.engine, "engines", None) or ():
             self.metrics.engine(int(e["rank"]))  # every engine's series from the first scrape
+        try:
+            self._learn_tasks()
+        except RuntimeError:
+            await self.engine.close()
+            raise
         engine_len = getattr(self.engine, "max_model_len", None)
         if isinstance(engine_len, int) and engine_len > 0:
             # The engine's context length is the one that holds (vLLM's auto-fitted one).
@@ -160,6 +179,22 @@ class Runtime:
             self._metrics_task = loop.create_task(self._share_metrics())
             # A sibling serving a scrape asks for this worker's counts as of now.
             loop.add_signal_handler(signal.SIGUSR1, self.shared_metrics.write)
+
+    def _learn_tasks(self) -> None:
+        """What the started engine runs: its tasks, and the pooling task it serves (the pooler
+        config's, else vLLM's choice among those it supports)."""
+        self.supported_tasks = engine_supported_tasks(self.engine)
+        own = getattr(self.engine, "pooling_model", None)
+        if isinstance(own, PoolingModel):
+            self.pooling_model = own
+        tasks = engine_pooling_tasks(self.engine)
+        configured = self.config.pooler_config.get("task")
+        try:
+            self.pooling_task = choose_pooling_task(tasks, self.pooling_model, configured)
+        except ValueError as exc:
+            raise RuntimeError(f"--pooler-config: {exc}") from None
+        if self.pooling_task is not None:
+            log.info("pooling task: %s (the engine supports %s)", self.pooling_task, tasks)
 
     async def close(self) -> None:
         if self._watchdog is not None:
@@ -189,7 +224,9 @@ class Runtime:
         place) is left waiting."""
         while True:
             await asyncio.sleep(_WATCHDOG_PERIOD)
-            if not self.engine.alive and (len(self.shard) or self.admission.waiting):
+            if not self.engine.alive and (
+                len(self.shard) or len(self.pooling) or self.admission.waiting
+            ):
                 self._fail_all(QueueFullError("the engine is not running"))
 
     def _fail_all(self, error: TokenwireError) -> None:
@@ -197,6 +234,8 @@ class Runtime:
         for rid in self.shard.live_rids():
             self.shard.fail(rid, error)
             self._abort_in_engine(rid)
+        for rid in self.pooling.live_rids():
+            self.pooling.fail(rid, error)
         self._on_finish.clear()
         self.metrics.in_flight.set(len(self.shard))
 
@@ -207,10 +246,11 @@ class Runtime:
         self.admission.fail_all(QueueFullError("the server is shutting down"))
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout
-        while len(self.shard) and loop.time() < deadline:
+        while (len(self.shard) or len(self.pooling)) and loop.time() < deadline:
             await asyncio.sleep(0.05)
-        if len(self.shard):
-            log.warning("shutting down: ending %d requests still in flight", len(self.shard))
+        if len(self.shard) or len(self.pooling):
+            left = len(self.shard) + len(self.pooling)
+            log.warning("shutting down: ending %d requests still in flight", left)
             self._fail_all(QueueFullError("the server is shutting down"))
 
     def expect_control(self, rid: str) -> asyncio.Future[bytes]:
@@ -227,6 +267,11 @@ class Runtime:
 
     def on_output(self, frame: bytes | Decoded) -> None:
         """One frame from the engine, or one step an engine decoded from its own wire format."""
+        if isinstance(frame, Pooled):
+            self.pooling.on_pooled(frame)
+            if self.admission.waiting:
+                self.admission.poke()
+            return
         if isinstance(frame, Decoded):
             t0 = time.perf_counter()
             self.shard.on_frame(frame)
@@ -253,8 +298,11 @@ class Runtime:
             except TokenwireError:
                 log.error("malformed engine error frame")
                 return
-            self.shard.fail(rid, InternalError(f"engine: {message}"))
-            self._on_finish.pop(rid, None)
+            if rid in self.pooling:
+                self.pooling.fail(rid, InternalError(f"engine: {message}"))
+            else:
+                self.shard.fail(rid, InternalError(f"engine: {message}"))
+                self._on_finish.pop(rid, None)
         elif tag == EGRESS_TAG_RESULT:
             with contextlib.suppress(TokenwireError):
                 rid, payload = decode_result_frame(frame)
@@ -311,6 +359,12 @@ class Runtime:
             raise QueueFullError("the engine is not running")
         if self.draining:
             raise QueueFullError("the server is shutting down")
+        if "generate" not in self.supported_tasks:
+            raise ValidationError(
+                f"this model runs the {self.pooling_task or 'no'} pooling task: it does not "
+                "generate text (use its pooling routes: /v1/embeddings, /pooling, /score...)",
+                param="model",
+            )
 
     def submit(self, plan: Plan, *, past_limit: bool = False) -> list[tuple[str, int, EgressSink]]:
         """Register and submit every choice of ``plan`` now: ``(rid, prompt index, sink)``
@@ -319,10 +373,8 @@ class Runtime:
         self._check_serving()
         choices = plan.choices
         limit = self.config.max_concurrent_requests
-        busy = self.admission.waiting or (
-            len(self.shard) + self.admission.reserved + choices > limit
-        )
-        if busy and not past_limit:
+        taken = len(self.shard) + len(self.pooling) + self.admission.reserved
+        if (self.admission.waiting or taken + choices > limit) and not past_limit:
             raise OverloadedError(f"too many requests in flight (limit {limit})")
         return self._submit(plan)
 
@@ -378,6 +430,60 @@ class Runtime:
         self.metrics.in_flight.set(len(self.shard))
         return out
 
+    def submit_pooling(self, plan: PoolingPlan) -> PoolingJob:
+        """Submit every input of ``plan`` (one engine request each, at once: the engine batches
+        them); the job's future gets their outputs."""
+        if not self.engine.alive:
+            raise QueueFullError("the engine is not running")
+        if self.draining:
+            raise QueueFullError("the server is shutting down")
+        count = len(plan.prompts)
+        taken = len(self.shard) + len(self.pooling) + self.admission.reserved
+        if taken + count > self.config.max_concurrent_requests:
+            raise OverloadedError(
+                f"too many requests in flight (limit {self.config.max_concurrent_requests})"
+            )
+        submit = getattr(self.engine, "submit_pooling", None)
+        if submit is None:
+            raise ValidationError("this engine does not pool", param="model")
+        rids = []
+        for _ in range(count):
+            rid = f"{plan.id}-{next(self._ids)}"
+            while rid in self.pooling or rid in self.shard:
+                rid = f"{plan.id}-{next(self._ids)}"
+            rids.append(rid)
+        job = PoolingJob(plan, rids)
+        self.pooling.add(job)
+        try:
+            for i, (rid, prompt) in enumerate(zip(rids, plan.prompts)):
+                submit(
+                    PoolingRequest(
+                        rid,
+                        prompt,
+                        plan.params_of(i),
+                        priority=plan.priority,
+                        cache_salt=plan.cache_salt,
+                        lora=plan.lora,
+                    )
+                )
+        except BaseException:
+            self.pooling.drop(job)
+            raise
+        series = self.metrics.engine(self.engine_of(rids[0]) if rids else 0)
+        series.prompt_tokens.inc(plan.prompt_tokens)
+        self.metrics.in_flight.set(len(self.shard) + len(self.pooling))
+        return job
+
+    def pooling_done(self, job: PoolingJob, ok: bool) -> None:
+        """A pooling job is over (answered, failed, or given up: what is left of it in flight
+        is dropped, here and in the engine); its inputs counted as finished requests."""
+        self.pooling.drop(job)
+        series = self.metrics.engine(job.engine)
+        series.finished("stop" if ok else "abort", len(job.plan.prompts))
+        for ids in job.plan.prompts:
+            series.request_prompt_tokens.observe(len(ids))
+        self.metrics.in_flight.set(len(self.shard) + len(self.pooling))
+
     def engine_of(self, rid: str) -> int:
         """Which engine (data-parallel rank) has request ``rid`` (0 for a single engine)."""
         return self._engine_of(rid) if self._engine_of is not None else 0
@@ -414,7 +520,7 @@ class Runtime:
             sink.close()
         if self._on_finish:
             self._on_finish.pop(rid, None)
-        self.metrics.in_flight.set(len(self.shard))
+        self.metrics.in_flight.set(len(self.shard) + len(self.pooling))
         if self.admission.waiting:
             self.admission.poke()
 
@@ -432,6 +538,6 @@ class Runtime:
         return ended
 
     def finished(self) -> None:
-        self.metrics.in_flight.set(len(self.shard))
+        self.metrics.in_flight.set(len(self.shard) + len(self.pooling))
         if self.admission.waiting:
             self.admission.poke()

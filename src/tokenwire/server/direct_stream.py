@@ -81,7 +81,13 @@ class DirectStream:
                 self._done.set_exception(ClientDisconnected("the response channel is closed"))
             return
         streamer = self._streamer
-        data = streamer.feed([(0, item) for item in sink.drain()])
+        steps = sink.take_steps() if getattr(streamer, "takes_steps", False) else None
+        if steps is not None:
+            data = streamer.feed_steps(steps)
+            if len(sink):  # (an item another thread's producer merged meanwhile)
+                data += streamer.feed([(0, item) for item in sink.drain()])
+        else:
+            data = streamer.feed([(0, item) for item in sink.drain()])
         if self._pending:
             data = self._pending + data
             self._pending = b""

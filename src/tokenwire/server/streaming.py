@@ -378,6 +378,16 @@ class Streamer:
         """SSE bytes for a batch of items; ``self.open`` empties when the response is over."""
         raise NotImplementedError
 
+    #: Whether ``feed_steps`` may take the steps' plain chunks waiting in the one choice's sink
+    #: now, instead of ``feed`` their ``Frame``\ s (never while ``feed`` is wrapped: a wrapper
+    #: sees every item).
+    takes_steps: bool = False
+
+    def feed_steps(self, steps: list[tuple[str, int, int]]) -> bytes:
+        """What ``feed`` writes for the one choice's steps' plain chunks (``EgressSink.take_steps``:
+        ``(text, token id, completion tokens)`` each)."""
+        raise NotImplementedError
+
     def error(self, err: TokenwireError) -> bytes:
         self.open.clear()
         self.failed = err

@@ -17,6 +17,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from functools import lru_cache
 
+from mypy_extensions import mypyc_attr
+
 __all__ = ["HoldBack", "prefix_function"]
 
 
@@ -45,6 +47,7 @@ def _automata(stops: tuple[str, ...]) -> tuple[tuple[str, ...], tuple[tuple[int,
     return kept, tuple(prefix_function(s) for s in kept)
 
 
+@mypyc_attr(allow_interpreted_subclasses=True)
 class HoldBack:
     """The hold-back state of one stream over its stop strings (plain, synchronous)."""
 

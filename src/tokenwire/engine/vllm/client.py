@@ -36,6 +36,8 @@ import zmq
 import zmq.asyncio
 
 from tokenwire.engine import REQUEST_FIELDS, EngineRequest, OutputCallback, RequestTimes
+from tokenwire.engine.pooling import DEFAULT_TASKS, PoolingRequest
+from tokenwire.engine.vllm import pooling as pool_wire
 from tokenwire.engine.vllm import protocol as wire
 from tokenwire.engine.vllm.routing import VllmRouting
 from tokenwire.messages.errors import CodecError, QueueFullError, ValidationError
@@ -221,6 +223,10 @@ class VllmEngine:
         #: Per request, by the engine's clock: [queued, scheduled, first token, last token, rank]
         #: (from its scheduler events and the steps' timestamps; 0.0: not known yet).
         self._times: dict[str, list[float]] = {}
+        #: The tasks the engines run (vLLM's ``get_supported_tasks``, asked once they are ready),
+        #: and the pooling requests in flight.
+        self.supported_tasks: tuple[str, ...] = DEFAULT_TASKS
+        self._pooling: set[str] = set()
 
     # ---- Engine protocol -------------------------------------------------------------------------
 
@@ -292,6 +298,7 @@ class VllmEngine:
             self._tasks.append(loop.create_task(self._watch_stalls(), name="vllm-stalls"))
         if cfg.launcher is not None:
             self._tasks.append(loop.create_task(self._watch_launcher(), name="vllm-process"))
+        await self._learn_supported_tasks()
         log.info(
             "vLLM engines ready: %s (max_model_len %s)",
             ", ".join(f"rank {c.rank}" for c in self._cores),
@@ -368,7 +375,7 @@ class VllmEngine:
         )
         assert self._input_sync is not None
         try:
-            self._input_sync.send_multipart((core.identity, wire.ADD, payload))
+            _send(self._input_sync, core.identity, wire.ADD, payload)
         except zmq.ZMQError as exc:
             self._core_died(core, f"cannot reach engine rank {core.rank}: {exc}")
             raise QueueFullError(f"the engine is not reachable ({exc})") from None
@@ -385,6 +392,51 @@ class VllmEngine:
             self._logprobs[rid] = (lp, p.prompt_logprobs if p.prompt_logprobs is not None else -1)
         if retry:
             self._unstarted[rid] = request
+
+    async def _learn_supported_tasks(self) -> None:
+        """Ask the first engine which tasks it runs (what vLLM's frontend asks at startup)."""
+        try:
+            tasks = await asyncio.wait_for(self.call_utility("get_supported_tasks"), 60)
+        except (asyncio.TimeoutError, RuntimeError, QueueFullError, zmq.ZMQError) as exc:
+            log.warning("the engine did not say which tasks it supports (%s): generation", exc)
+            return
+        if isinstance(tasks, (list, tuple)) and all(isinstance(t, str) for t in tasks):
+            self.supported_tasks = tuple(tasks)
+
+    def submit_pooling(self, request: PoolingRequest) -> None:
+        """Send one input to pool to the engine with the fewest requests in flight."""
+        if not self._alive:
+            raise QueueFullError(f"the engine is not running ({self.dead_reason or 'not started'})")
+        rid = request.rid
+        core = min((c for c in self._cores if c.serving), key=lambda c: len(c.in_flight))
+        payload = pool_wire.encode_pooling_add(request, client_index=self.config.client_index)
+        assert self._input_sync is not None
+        try:
+            self._input_sync.send_multipart((core.identity, wire.ADD, payload))
+        except zmq.ZMQError as exc:
+            self._core_died(core, f"cannot reach engine rank {core.rank}: {exc}")
+            raise QueueFullError(f"the engine is not reachable ({exc})") from None
+        if not core.in_flight:
+            core.heard = time.monotonic()
+        core.in_flight.add(rid)
+        self._owner[rid] = core
+        self._prompt_lens[rid] = len(request.prompt_ids)
+        self._max_tokens[rid] = None
+        self._pooling.add(rid)
+
+    def _take_pooled(self, msg: wire.EngineCoreOutputs, frames: list[Any]) -> list[Any]:
+        """A message's pooling outputs, sent on as one ``Pooled``; its other outputs returned."""
+        rest, pooled = pool_wire.pooled_outputs(
+            msg.outputs, frames, self._pooling, msg.engine_index
+        )
+        if pooled is not None:
+            for rid in pooled.rids:
+                self._forget(rid)
+            for rid, _ in pooled.errors:
+                self._forget(rid)
+            assert self._output is not None
+            self._output(pooled)
+        return rest
 
     def abort(self, rid: str) -> None:
         self._times.pop(rid, None)
@@ -426,7 +478,7 @@ class VllmEngine:
         payload = wire.encode_utility(self.config.client_index, call_id, method, args)
         assert self._input_sync is not None
         try:
-            self._input_sync.send_multipart((core.identity, wire.UTILITY, payload))
+            _send(self._input_sync, core.identity, wire.UTILITY, payload)
             return await fut
         finally:
             self._utility.pop(call_id, None)  # (answered, or given up: a ping timed out)
@@ -578,9 +630,7 @@ class VllmEngine:
         assert self._output_sock is not None and self._output is not None
         sock = self._output_sock
         sync = zmq.Socket.shadow(sock.underlying)
-        output = self._output
-        decode = wire.decode_outputs
-        by_rank = self._by_rank
+        on_message = self.on_message
         try:
             while True:
                 await sock.poll(flags=zmq.POLLIN)
@@ -590,50 +640,7 @@ class VllmEngine:
                         frames = sync.recv_multipart(zmq.NOBLOCK, copy=False)
                     except zmq.Again:
                         break
-                    buf = frames[0].buffer
-                    if len(frames) == 1 and buf == wire.ENGINE_CORE_DEAD:
-                        self._engine_dead_message()
-                        continue
-                    try:
-                        msg = decode(buf)
-                    except CodecError as exc:
-                        self._malformed(buf, exc)
-                        continue
-                    core = by_rank.get(msg.engine_index)
-                    if core is not None:
-                        core.heard = time.monotonic()
-                        if not core.healthy:
-                            self._answers_again(core)
-                    if msg.outputs:
-                        for o in msg.outputs:
-                            if o.prefill_stats is not None:
-                                self._prefilled(o.request_id, o.prefill_stats)
-                        try:
-                            batch = wire.to_batch(
-                                msg.outputs,
-                                self._prompt_lens,
-                                self._max_tokens,
-                                self._logprobs or None,
-                                [f.buffer for f in frames],
-                            )
-                        except CodecError as exc:
-                            self._malformed(buf, exc, msg.engine_index)
-                            continue
-                        if self._cached:
-                            get = self._cached.get
-                            batch.decoded.cached_tokens = [get(r, 0) for r in batch.decoded.rids]
-                        for rid in batch.finished:
-                            self._forget(rid)
-                        if msg.engine_index:
-                            batch.decoded.engine = msg.engine_index
-                        self._note_times(msg, batch.finished)
-                        output(batch.decoded)
-                        for rid, message in batch.errors:
-                            output(encode_error_frame(rid, message))
-                    if msg.utility_output is not None:
-                        self._utility_result(msg.utility_output)
-                    if msg.scheduler_stats != wire._NIL:
-                        self._stats(msg)
+                    on_message([f.buffer for f in frames])
                     now = time.perf_counter()
                     if now >= turn_ends:
                         await asyncio.sleep(0)
@@ -647,6 +654,59 @@ class VllmEngine:
                 log.exception("reading engine outputs failed")
                 for core in self._cores:
                     self._core_died(core, f"engine output socket failed: {exc}")
+
+    def on_message(self, frames: list[Any]) -> None:
+        """One message from the output socket (its frames' buffers): an engine step's outputs
+        to the shard as one decoded step, utility results, scheduler stats, or an engine's
+        death (plain, synchronous: the reader above only receives)."""
+        output = self._output
+        assert output is not None
+        buf = frames[0]
+        if len(frames) == 1 and buf == wire.ENGINE_CORE_DEAD:
+            self._engine_dead_message()
+            return
+        try:
+            msg = wire.decode_outputs(buf)
+        except CodecError as exc:
+            self._malformed(buf, exc)
+            return
+        core = self._by_rank.get(msg.engine_index)
+        if core is not None:
+            core.heard = time.monotonic()
+            if not core.healthy:
+                self._answers_again(core)
+        if self._pooling and msg.outputs:
+            msg.outputs = self._take_pooled(msg, frames)
+        if msg.outputs:
+            for o in msg.outputs:
+                if o.prefill_stats is not None:
+                    self._prefilled(o.request_id, o.prefill_stats)
+            try:
+                batch = wire.to_batch(
+                    msg.outputs,
+                    self._prompt_lens,
+                    self._max_tokens,
+                    self._logprobs or None,
+                    frames,
+                )
+            except CodecError as exc:
+                self._malformed(buf, exc, msg.engine_index)
+                return
+            if self._cached:
+                get = self._cached.get
+                batch.decoded.cached_tokens = [get(r, 0) for r in batch.decoded.rids]
+            for rid in batch.finished:
+                self._forget(rid)
+            if msg.engine_index:
+                batch.decoded.engine = msg.engine_index
+            self._note_times(msg, batch.finished)
+            output(batch.decoded)
+            for rid, message in batch.errors:
+                output(encode_error_frame(rid, message))
+        if msg.utility_output is not None:
+            self._utility_result(msg.utility_output)
+        if msg.scheduler_stats != wire._NIL:
+            self._stats(msg)
 
     async def _watch_connections(self) -> None:
         """Find engines whose connection dropped: after every disconnect on the input socket, and
@@ -778,7 +838,7 @@ class VllmEngine:
             if not core.alive:
                 continue
             try:
-                self._input_sync.send_multipart((core.identity, wire.ABORT, empty))
+                _send(self._input_sync, core.identity, wire.ABORT, empty)
             except zmq.ZMQError as exc:
                 self._core_died(core, f"engine rank {core.rank} disconnected ({exc})")
 
@@ -848,6 +908,7 @@ class VllmEngine:
             del self._prompt_lens[rid]
             del self._max_tokens[rid]
             self._logprobs.pop(rid, None)
+            self._pooling.discard(rid)
             if self._unstarted:
                 self._unstarted.pop(rid, None)
             if self._cached:
@@ -903,7 +964,7 @@ class VllmEngine:
             return
         for identity, rids in pending.items():
             with contextlib.suppress(zmq.ZMQError):
-                self._input_sync.send_multipart((identity, wire.ABORT, wire.encode_abort(rids)))
+                _send(self._input_sync, identity, wire.ABORT, wire.encode_abort(rids))
 
     def _finish_locally(self, request: EngineRequest) -> None:
         """A request that asks for no tokens: done without the engine (vLLM refuses it)."""
@@ -967,6 +1028,19 @@ def _kv_capacity(ready: dict[str, Any]) -> int | None:
     if isinstance(blocks, int) and isinstance(size, int) and blocks > 0:
         return blocks * size
     return None
+
+
+#: ``zmq.SNDMORE`` as a plain int: ``send_multipart`` combines enum flags in Python per frame,
+#: which costs more than the three sends.
+_MORE = int(zmq.SNDMORE)
+
+
+def _send(sock: zmq.Socket, identity: bytes, kind: bytes, payload: bytes) -> None:
+    """One ``[identity, type, payload]`` message on a ROUTER (``send_multipart``'s frames: an
+    identity it cannot route fails on the first)."""
+    sock.send(identity, _MORE)
+    sock.send(kind, _MORE)
+    sock.send(payload)
 
 
 def _tune(sock: zmq.Socket) -> None:

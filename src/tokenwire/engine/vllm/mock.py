@@ -42,7 +42,9 @@ import zmq
 import zmq.asyncio
 
 from tokenwire.engine import EngineRequest
+from tokenwire.engine.pooling import Pooled, PoolingRequest
 from tokenwire.engine.synthetic import SyntheticConfig, SyntheticEngine
+from tokenwire.engine.synthetic_pooling import SYNTHETIC_POOLING_TASKS
 from tokenwire.engine.vllm import protocol as wire
 from tokenwire.engine.vllm.block_hash import BlockHasher
 from tokenwire.engine.vllm.kv_events import (
@@ -54,6 +56,7 @@ from tokenwire.engine.vllm.kv_events import (
     publisher_binds,
 )
 from tokenwire.engine.vllm.mock_cache import BlockPool, CachedRequest
+from tokenwire.engine.vllm.pooling import decode_pooling_params
 from tokenwire.messages.errors import CodecError
 from tokenwire.messages.frames import (
     EGRESS_TAG_BATCH,
@@ -93,6 +96,14 @@ _UTILITY_RESULTS["list_loras"] = _Failed(
 
 #: The KV cache block size the mock reports and accounts its usage in (a GPU engine's default).
 BLOCK_SIZE = 16
+
+#: The tasks the mock runs, by ``--runner`` (vLLM's flag): a generation model's, a pooling
+#: model's (embeddings: the synthetic engine's vectors), or both (the synthetic engine's own).
+RUNNER_TASKS = {
+    "generate": ("generate",),
+    "pooling": SYNTHETIC_POOLING_TASKS,
+    "both": ("generate", *SYNTHETIC_POOLING_TASKS),
+}
 
 
 @dataclass
@@ -138,7 +149,7 @@ class _Req:
         "timer",
     )
 
-    def __init__(self, add: wire.AddRequest, params: SamplingParams) -> None:
+    def __init__(self, add: wire.AddRequest, params: SamplingParams | None = None) -> None:
         sp = add.sampling
         self.add = add
         self.params = params
@@ -178,10 +189,13 @@ class MockEngine:
         *,
         rank: int = 0,
         max_model_len: int | None = None,
+        runner: str = "generate",
         cache: MockCacheConfig | None = None,
     ) -> None:
         self.tokenizer = tokenizer
         self.synthetic = SyntheticEngine(tokenizer, config)
+        #: What ``get_supported_tasks`` answers (``RUNNER_TASKS``).
+        self.supported_tasks = RUNNER_TASKS[runner]
         self.handshake_address = handshake_address
         self.rank = rank
         self.identity = wire.engine_identity(rank)
@@ -396,6 +410,9 @@ class MockEngine:
                 log.error("rank %d: bad request message: %s", self.rank, exc)
 
     def _add(self, add: wire.AddRequest) -> None:
+        if add.pooling is not None:
+            self._add_pooling(add)
+            return
         params = wire.sampling_params_from_map(add.sampling)
         req = _Req(add, params)
         if req.eos is not None and not params.ignore_eos:
@@ -459,6 +476,52 @@ class MockEngine:
         elif req in self._pending:
             self._pending.remove(req)
 
+    def _add_pooling(self, add: wire.AddRequest) -> None:
+        """A pooling request: answered by the synthetic engine's next step (or, for a task the
+        mock does not run, failed at once, as vLLM's engine fails it)."""
+        params = decode_pooling_params(add.pooling)
+        req = _Req(add)
+        self.stats["added"] += 1
+        if params.task not in self.supported_tasks:
+            log.error("rank %d: unsupported pooling task %r", self.rank, params.task)
+            out = wire.StepOutput(add.rid, [], finish_reason=wire.FINISH_ERROR)
+            self._send(req.client, self._message([out], stats=True))
+            return
+        self._reqs[add.rid] = req
+        self.synthetic.submit_pooling(
+            PoolingRequest(add.rid, add.prompt_ids, params, priority=add.priority)
+        )
+
+    def _on_pooled(self, pooled: Pooled) -> None:
+        """A synthetic step's pooling outputs, as vLLM's engine sends them: each a finished
+        output with its tensor (float32, in a frame of its own past 256 bytes)."""
+        now = time.monotonic()
+        rows: dict[int, list[wire.StepOutput]] = {}
+        aux: dict[int, list[bytes]] = {}
+        for rid, data in zip(pooled.rids, pooled.data):
+            req = self._reqs.pop(rid, None)
+            if req is None:
+                continue
+            frames = aux.setdefault(req.client, [])
+            out = wire.StepOutput(
+                rid,
+                [],
+                pooling_output=wire.encode_array(data, frames, "float32"),
+                finish_reason=wire.FINISH_STOP,
+            )
+            out.events = [
+                {"type": wire.EVENT_QUEUED, "timestamp": req.queued},
+                {"type": wire.EVENT_SCHEDULED, "timestamp": now},
+            ]
+            out.prefill_stats = wire.prefill_stats_map(req.prompt_len)
+            rows.setdefault(req.client, []).append(out)
+        stats = True
+        for client, outs in rows.items():
+            self._send(client, self._message(outs, stats=stats, now=now), aux.get(client))
+            stats = False
+        if rows and self._idle():
+            self._send(0, self._message([], stats=True))
+
     def _abort(self, rid: str) -> bool:
         req = self._reqs.pop(rid, None)
         if req is None:
@@ -478,6 +541,8 @@ class MockEngine:
         result = self._lora_call(method, args) if self.cache_config.enable_lora else None
         if result is None:
             result = _UTILITY_RESULTS.get(method, _Failed(_no_method(method)))
+        if method == "get_supported_tasks":
+            result = list(self.supported_tasks)
         if method == "reset_prefix_cache":
             # (its AllBlocksCleared event goes out with the next step's, as vLLM's does)
             result = self.pool.reset()
@@ -562,6 +627,9 @@ class MockEngine:
 
     def _on_frame(self, frame: Any) -> None:
         """A synthetic-engine frame, re-sent as vLLM ``EngineCoreOutputs`` to each frontend."""
+        if isinstance(frame, Pooled):
+            self._on_pooled(frame)
+            return
         now = time.monotonic()
         rows: dict[int, list[wire.StepOutput]] = {}
         aux: dict[int, list[bytes]] = {}
@@ -694,13 +762,20 @@ def run_mock_engine(
     *,
     rank: int = 0,
     max_model_len: int | None = None,
+    runner: str = "generate",
     cache: MockCacheConfig | None = None,
     stats_file: str | None = None,
 ) -> None:
     """Run one mock engine until SIGTERM or SIGINT (the ``tokenwire mock-engine`` command);
     then write its counters (``MockEngine.stats``) to ``stats_file`` as JSON, if given."""
     engine = MockEngine(
-        tokenizer, config, handshake_address, rank=rank, max_model_len=max_model_len, cache=cache
+        tokenizer,
+        config,
+        handshake_address,
+        rank=rank,
+        max_model_len=max_model_len,
+        runner=runner,
+        cache=cache,
     )
 
     async def main() -> None:

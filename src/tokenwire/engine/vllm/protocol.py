@@ -373,6 +373,8 @@ class AddRequest:
     sampling: dict[str, Any]
     client_index: int = 0
     priority: int = 0
+    #: A pooling request's ``PoolingParams`` array (``sampling`` is then empty).
+    pooling: list[Any] | None = None
     #: The ``LoRARequest`` (name, id, path), the prefix cache's salt, the session.
     lora: list[Any] | None = None
     cache_salt: str | None = None
@@ -389,14 +391,17 @@ def decode_add(payload: bytes) -> AddRequest:
         raise CodecError("ADD is not an EngineCoreRequest array")
     prompt = msg[1] or []
     sampling = msg[3]
-    if not isinstance(sampling, dict):
-        raise CodecError("ADD without sampling params (pooling is not supported)")
+    pooling = msg[4] if isinstance(msg[4], list) else None
+    if not isinstance(sampling, dict) and pooling is None:
+        raise CodecError("ADD with neither sampling params nor pooling params")
     client_index = msg[11] if len(msg) > 11 and isinstance(msg[11], int) else 0
     priority = msg[13] if len(msg) > 13 and isinstance(msg[13], int) else 0
     lora = msg[6] if isinstance(msg[6], list) and len(msg[6]) >= 3 else None
     salt = msg[7] if isinstance(msg[7], str) else None
     session = msg[20] if len(msg) > 20 and isinstance(msg[20], str) else None
-    return AddRequest(msg[0], list(prompt), sampling, client_index, priority, lora, salt, session)
+    return AddRequest(
+        msg[0], list(prompt), sampling or {}, client_index, priority, pooling, lora, salt, session
+    )
 
 
 def sampling_params_from_map(sp: dict[str, Any]) -> SamplingParams:

@@ -5,6 +5,8 @@ and the engines they describe."""
 from __future__ import annotations
 
 import argparse
+import json
+import os
 import shlex
 import sys
 from collections.abc import Callable
@@ -12,13 +14,16 @@ from typing import Any
 
 from tokenwire.engine import Engine
 from tokenwire.engine.synthetic import SyntheticConfig
+from tokenwire.engine.synthetic_pooling import DEFAULT_EMBEDDING_DIM, SyntheticPooler
 from tokenwire.entrypoints.options import adapters, fleet
+from tokenwire.pooling.tasks import PoolingModel
 from tokenwire.tokenizer import Tokenizer
 
 __all__ = [
     "add_arguments",
     "add_synthetic_arguments",
     "mock_engine_args",
+    "pooling_settings",
     "synthetic_config",
     "vllm_engine",
     "vllm_engines",
@@ -79,6 +84,13 @@ def add_synthetic_arguments(parser: argparse.ArgumentParser) -> None:
         type=int,
         default=0,
         help="synthetic engine: base seed for output choices (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--embedding-dim",
+        type=int,
+        default=DEFAULT_EMBEDDING_DIM,
+        help="synthetic engine: the size of its embeddings (deterministic unit vectors whose "
+        "cosine similarity follows the tokens inputs share) (default: %(default)s)",
     )
 
 
@@ -143,11 +155,46 @@ def _add_vllm_arguments(serve: argparse.ArgumentParser) -> None:
         "(default: %(default)s)",
     )
     vllm.add_argument(
+        "--pooler-config",
+        type=_pooler_config,
+        default=None,
+        metavar="JSON",
+        help="vLLM's pooler config for a pooling model, passed to the spawned vLLM; tokenwire "
+        "reads its task (which pooling task to serve) and the dimensions and use_activation a "
+        'request leaves unset, e.g. \'{"task": "embed"}\'',
+    )
+    vllm.add_argument(
         "--engine-start-timeout",
         type=float,
         default=900.0,
         help="seconds to wait for the engines to be ready (default: %(default)s)",
     )
+
+
+def _pooler_config(value: str) -> dict[str, Any]:
+    try:
+        config = json.loads(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not JSON: {value!r}") from None
+    if not isinstance(config, dict):
+        raise argparse.ArgumentTypeError(f"not a JSON object: {value!r}")
+    return config
+
+
+def pooling_settings(args: argparse.Namespace) -> tuple[PoolingModel | None, dict[str, Any]]:
+    """What the pooling routes read of the model (its folder's config: ``--model``, else a
+    ``--tokenizer`` folder) and of ``--pooler-config``."""
+    folder = getattr(args, "model", None) or getattr(args, "tokenizer", None)
+    model = PoolingModel.from_dir(folder) if folder and os.path.isdir(folder) else None
+    synthetic_worker = (
+        getattr(args, "worker_fds", None)
+        and not getattr(args, "model", None)
+        and not getattr(args, "handshake_address", None)
+    )
+    if synthetic_worker:
+        # A worker of --api-server-count over mock engines: the synthetic engine's embeddings.
+        model = SyntheticPooler(args.embedding_dim).model
+    return model, dict(getattr(args, "pooler_config", None) or {})
 
 
 def synthetic_config(args: argparse.Namespace) -> SyntheticConfig:
@@ -159,6 +206,7 @@ def synthetic_config(args: argparse.Namespace) -> SyntheticConfig:
         output=args.synthetic_output,
         eos_prob=args.eos_prob,
         seed=args.seed,
+        embedding_dim=args.embedding_dim,
     )
 
 
@@ -172,6 +220,8 @@ def mock_engine_args(args: argparse.Namespace) -> list[str]:
         "--tokens-per-step", str(args.tokens_per_step),
         "--eos-prob", str(args.eos_prob),
         "--seed", str(args.seed),
+        "--embedding-dim", str(args.embedding_dim),
+        "--runner", "both",
         "--log-level", args.log_level,
     ]  # fmt: skip
     if args.tokenizer:
@@ -202,6 +252,9 @@ def vllm_engines(args: argparse.Namespace) -> tuple[str, Any]:
         extra += ["--collect-detailed-traces", ",".join(detailed)]
     if "--enable-lora" not in extra:
         extra += adapters.vllm_lora_args(args)
+    pooler = getattr(args, "pooler_config", None)
+    if pooler and not any(a.startswith("--pooler-config") for a in extra):
+        extra += ["--pooler-config", json.dumps(pooler)]
     extra += fleet.engine_args(args, given=extra)
     launcher = VllmLauncher(
         args.model,

@@ -7,15 +7,40 @@ from __future__ import annotations
 from typing import Any
 
 import msgspec
+from mypy_extensions import mypyc_attr
 
 from tokenwire.messages.finish_reason import FinishReason
 from tokenwire.runtime import Plan
 from tokenwire.server.http import sse
 from tokenwire.server.streaming import matched_stop
 
-__all__ = ["ChunkWriter", "finish_fields", "openai_head", "reasoning_count", "usage"]
+__all__ = [
+    "ChunkWriter",
+    "delta_fields",
+    "finish_fields",
+    "openai_head",
+    "reasoning_count",
+    "text_fields",
+    "usage",
+]
 
 _json = msgspec.json.Encoder()
+
+
+def delta_fields(delta: dict[str, Any]) -> dict[str, Any]:
+    """A streamed chat chunk's choice, after its index, while the choice goes on (the one
+    place its shape is written: ``ChunkWriter``'s precomputed pieces come from it)."""
+    return {"delta": delta, "logprobs": None, "finish_reason": None}
+
+
+def text_fields(text: str) -> dict[str, Any]:
+    """A streamed completion chunk's choice, after its index, while the choice goes on."""
+    return {"text": text, "logprobs": None, "finish_reason": None}
+
+
+#: A string JSON writes as it is, standing for the text in a chunk's precomputed pieces.
+_SLOT = "tokenwire-text-slot"
+_SLOT_JSON = _json.encode(_SLOT)
 
 
 def openai_head(plan: Plan, *, chunk: bool) -> dict[str, Any]:
@@ -65,6 +90,7 @@ def finish_fields(fr: FinishReason | None, eos: tuple[int, ...]) -> tuple[str | 
     return fr.openai_finish_reason, fr.stop_reason(eos)
 
 
+@mypyc_attr(allow_interpreted_subclasses=True)
 class ChunkWriter:
     """Streaming chunks of one OpenAI response, with the fixed parts serialized once."""
 
@@ -75,18 +101,42 @@ class ChunkWriter:
         self._head = _json.encode(openai_head(plan, chunk=True))[:-1] + b',"choices":[{"index":'
         self._tail = b',"usage":null}\n\n' if plan.include_usage else b"}\n\n"
         self._chat = chat
-        # Per choice: everything before the text, and everything after it.
-        key = b',"delta":{"content":' if chat else b',"text":'
-        after = (
-            b'},"logprobs":null,"finish_reason":null}]'
-            if chat
-            else (b',"logprobs":null,"finish_reason":null}]')
-        )
-        self._before: dict[int, bytes] = {}
-        self._key = key
-        self._after = after + self._tail
-        self._after_choices = after
         self._continuous = plan.continuous_usage
+        #: Per choice: ``data: `` and the head through the choice's index.
+        self._before: dict[int, bytes] = {}
+        #: Per tuple of delta keys (chat) or ``()`` (a completion's text): an intermediate
+        #: chunk's choice body around the text (the text once per key).
+        self._pieces: dict[tuple[str, ...], list[bytes]] = {}
+        self._plain = ("content",) if chat else ()
+
+    def _around(self, keys: tuple[str, ...]) -> list[bytes]:
+        """The pieces of an intermediate chunk's choice body between which its text goes (the
+        text under each of ``keys`` of the delta; a completion's: ``()``), from
+        ``delta_fields`` / ``text_fields``."""
+        pieces = self._pieces.get(keys)
+        if pieces is None:
+            payload = delta_fields(dict.fromkeys(keys, _SLOT)) if keys else text_fields(_SLOT)
+            pieces = (b"," + _json.encode(payload)[1:-1] + b"}]").split(_SLOT_JSON)
+            self._pieces[keys] = pieces
+        return pieces
+
+    def _prefix(self, index: int) -> bytes:
+        before = self._before.get(index)
+        if before is None:
+            before = self._before[index] = b"data: " + self._head + str(index).encode()
+        return before
+
+    def text_delta(
+        self, index: int, keys: tuple[str, ...], text: str, completion_tokens: int = 0
+    ) -> bytes:
+        """An intermediate chunk whose delta carries ``text`` under each of ``keys`` (chat: the
+        content, the reasoning fields), as ``chunk`` would write it."""
+        pieces = self._around(keys)
+        encoded = _json.encode(text)
+        body = pieces[0] + encoded + pieces[1] if len(pieces) == 2 else encoded.join(pieces)
+        if self._continuous:
+            return self._prefix(index) + body + self._usage_tail(index, completion_tokens)
+        return self._prefix(index) + body + self._tail
 
     def _usage_tail(self, index: int, completion_tokens: int) -> bytes:
         """Continuous usage: the choice's prompt and its completion tokens so far (vLLM's)."""
@@ -96,23 +146,11 @@ class ChunkWriter:
     def delta(self, index: int, text: str, completion_tokens: int = 0) -> bytes:
         """An intermediate chunk carrying ``text`` (``completion_tokens`` of the choice so far
         matter only with continuous usage)."""
-        before = self._before.get(index)
-        if before is None:
-            before = self._before[index] = b"data: " + self._head + str(index).encode() + self._key
-        if self._continuous:
-            return (
-                before
-                + _json.encode(text)
-                + self._after_choices
-                + self._usage_tail(index, completion_tokens)
-            )
-        return before + _json.encode(text) + self._after
+        return self.text_delta(index, self._plain, text, completion_tokens)
 
     def role(self, index: int) -> bytes:
         """The chat stream's first chunk for a choice: the assistant role."""
-        body = b',"delta":{"role":"assistant","content":""},"logprobs":null,"finish_reason":null}]'
-        tail = self._usage_tail(index, 0) if self._continuous else self._tail
-        return b"data: " + self._head + str(index).encode() + body + tail
+        return self.chunk(index, delta_fields({"role": "assistant", "content": ""}))
 
     def chunk(self, index: int, payload: dict[str, Any], completion_tokens: int = 0) -> bytes:
         """A chunk for choice ``index`` with the given fields (``delta`` or ``text``,
@@ -120,7 +158,7 @@ class ChunkWriter:
         only with continuous usage."""
         body = b"," + _json.encode(payload)[1:-1] + b"}]"
         tail = self._usage_tail(index, completion_tokens) if self._continuous else self._tail
-        return b"data: " + self._head + str(index).encode() + body + tail
+        return self._prefix(index) + body + tail
 
     def final(
         self,

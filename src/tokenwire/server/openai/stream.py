@@ -12,6 +12,7 @@ from tokenwire.server.logprobs import ChoiceLogprobs, TokenStrings
 from tokenwire.server.openai.chat_output import ChoiceOutput
 from tokenwire.server.openai.chunks import (
     ChunkWriter,
+    delta_fields,
     finish_fields,
     openai_head,
     reasoning_count,
@@ -149,6 +150,51 @@ class OpenAIStreamer(Streamer):
         # prompt's ids).
         firsts = plan.echo or self.logprobs or plan.return_token_ids
         self.fresh = set(range(len(subs))) if firsts else set()
+        # Steps' plain chunks formatted from their text alone (``feed_steps``): without
+        # logprobs, an echo, token ids, or thinking held back until it ends.
+        self._steps = (
+            len(subs) == 1
+            and not firsts
+            and (self.parsed is None or not self.parsed[0].hold_reasoning)
+        )
+        self._reasoning_keys = tuple(plan.reasoning_fields)
+
+    @property
+    def takes_steps(self) -> bool:
+        return self._steps and "feed" not in vars(self)
+
+    def feed_steps(self, steps: list[tuple[str, int, int]]) -> bytes:
+        """``feed`` for steps' plain chunks of the one choice (``(text, token id, completion
+        tokens)`` each), the same bytes: without a parser the texts go out as one delta; with
+        one, each piece its own, through the parser's fast path where it applies."""
+        self.tracker.chunk()
+        writer = self.writer
+        parsed = self.parsed
+        if parsed is None:
+            texts = []
+            count = 0
+            for text, _, tokens in steps:
+                if text:
+                    texts.append(text)
+                    count = tokens
+            return writer.delta(0, "".join(texts), count) if texts else b""
+        choice = parsed[0]
+        parser = choice.parser
+        reasoning = self._reasoning_keys
+        out = []
+        for text, token_id, tokens in steps:
+            kind = parser.feed_plain(text, 1)
+            if kind == 2:
+                if text:
+                    out.append(writer.text_delta(0, ("content",), text, tokens))
+            elif kind == 1:
+                if text and reasoning:
+                    out.append(writer.text_delta(0, reasoning, text, tokens))
+            else:
+                delta = choice.delta(text, [token_id])
+                if delta:
+                    out.append(writer.chunk(0, delta_fields(delta), tokens))
+        return b"".join(out)
 
     def _extras(self, index: int, item: Any) -> tuple[str, dict[str, Any]]:
         """The echoed prompt (first chunk only) and the logprob fields of an item's chunk."""
@@ -174,9 +220,7 @@ class OpenAIStreamer(Streamer):
             if top:  # the first chunk carries the prompt's ids and text (vLLM's)
                 delta = {"role": "assistant", "content": ""}
                 first = openai_head(self.plan, chunk=True) | {
-                    "choices": [
-                        {"index": 0, "delta": delta, "logprobs": None, "finish_reason": None}
-                    ],
+                    "choices": [{"index": 0} | delta_fields(delta)],
                     **top,
                 }
                 rest = b"".join(self.writer.role(k) for k in range(1, len(self.subs)))
@@ -206,9 +250,7 @@ class OpenAIStreamer(Streamer):
                 elif parsed is not None:
                     delta = parsed[index].delta(item.text, item.token_ids)
                     if delta:
-                        out.append(
-                            writer.chunk(index, _delta_fields(delta), item.completion_tokens)
-                        )
+                        out.append(writer.chunk(index, delta_fields(delta), item.completion_tokens))
                 elif item.text:
                     run.append(item.text)
                     run_index = index
@@ -284,7 +326,3 @@ class OpenAIStreamer(Streamer):
             payload = {"delta": {"content": text} if text else {}}
         payload |= {"logprobs": None, "finish_reason": None} | fields
         return self.writer.chunk(index, payload, item.completion_tokens)
-
-
-def _delta_fields(delta: dict[str, Any]) -> dict[str, Any]:
-    return {"delta": delta, "logprobs": None, "finish_reason": None}
