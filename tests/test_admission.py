@@ -112,30 +112,30 @@ def test_durations_as_openai_writes_them():
 
 def test_requests_wait_for_a_place_then_time_out_with_retry_after():
     slow = SyntheticConfig(output="echo", step_time=0.05)
-    with serve(slow, max_concurrent_requests=1, max_waiting_requests=2, queue_timeout=1.5) as s:
+    with serve(slow, max_concurrent_requests=1, max_waiting_requests=2, queue_timeout=3.0) as s:
         adm = s.runtime.admission
         got: dict[str, httpx.Response] = {}
-        # the first request holds the one place for 3 s
-        t = in_background(lambda: got.setdefault("first", completion(s.url, n=60)))
+        # the first request holds the one place for 6 s
+        t = in_background(lambda: got.setdefault("first", completion(s.url, n=120)))
         assert wait_until(lambda: len(s.runtime.shard) == 1)
         t2 = in_background(lambda: got.setdefault("second", completion(s.url, n=2)))
         assert wait_until(lambda: adm.waiting == 1)
-        ready = httpx.get(s.url + "/ready")
-        assert ready.status_code == 200 and ready.json()["requests_waiting"] == 1
-        # one more fills the queue: /ready says so; past it, 429
+        # one more fills the queue; past it, 429
         t3 = in_background(lambda: got.setdefault("third", completion(s.url, n=2)))
         assert wait_until(lambda: adm.waiting == 2)
-        assert httpx.get(s.url + "/ready").status_code == 503
-        assert httpx.get(s.url + "/live").status_code == 200
         over = completion(s.url)
         assert over.status_code == 429 and over.json()["error"]["code"] == 429
+        # /ready says the server is full, /live that it answers
+        ready = httpx.get(s.url + "/ready")
+        assert ready.status_code == 503 and "full" in ready.json()["error"]["message"]
+        assert httpx.get(s.url + "/live").status_code == 200
         for th in (t, t2, t3):
             th.join(30)
-        # the queued ones timed out (1.5 s) with Retry-After
+        # the queued ones timed out (3 s) with Retry-After
         for name in ("second", "third"):
             r = got[name]
             assert r.status_code == 503, r.text
-            assert r.headers["retry-after"] == "2" and "queue-timeout" in r.text
+            assert r.headers["retry-after"] == "3" and "queue-timeout" in r.text
         assert got["first"].status_code == 200
         text = httpx.get(s.url + "/metrics").text
         assert samples(text, "tokenwire_requests_refused_total") == {
@@ -143,8 +143,10 @@ def test_requests_wait_for_a_place_then_time_out_with_retry_after():
             (("reason", "queue_timeout"),): 2.0,
         }
         assert adm.waiting == 0 and adm.reserved == 0
-        # once the place is free, a request goes straight in
+        # once the place is free, a request goes straight in; /ready says so
         assert completion(s.url, n=2).status_code == 200
+        ready = httpx.get(s.url + "/ready")
+        assert ready.status_code == 200 and ready.json()["requests_waiting"] == 0
 
 
 def test_a_client_that_leaves_the_queue_frees_its_place_and_waiters_follow_engine_death():
