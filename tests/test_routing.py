@@ -390,16 +390,16 @@ def test_the_engines_scheduling_policy(policy):
         finished: list[str] = []
 
         def run(name: str, priority: int, tokens: int) -> None:
-            body = {"model": MODEL, "prompt": f"{name} " * 40, "max_tokens": tokens}
+            body = {"model": MODEL, "prompt": f"{name} " * 200, "max_tokens": tokens}
             httpx.post(url + "/v1/completions", json=body | {"priority": priority}, timeout=60)
             finished.append(name)
 
-        first = threading.Thread(target=run, args=("first", 5, 15))
+        first = threading.Thread(target=run, args=("first", 5, 150))  # (3 s)
         first.start()
-        wait_until(lambda: engine.engines[0]["in_flight"] == 1, 10, "the first request")
+        wait_until(lambda: engine.engines[0]["in_flight"] == 1, 30, "the first request")
         later = threading.Thread(target=run, args=("later", 5, 2))
         later.start()
-        wait_until(lambda: engine.engines[0]["in_flight"] == 2, 10, "the second request")
+        wait_until(lambda: engine.engines[0]["in_flight"] == 2, 30, "the second request")
         urgent = threading.Thread(target=run, args=("urgent", 0, 2))
         urgent.start()
         for t in (first, later, urgent):
