@@ -103,6 +103,11 @@ def _request(rid: str, tokens: list[int], **kw) -> CachedRequest:
     return CachedRequest(rid, list(tokens), **kw)
 
 
+def partial_block_reused_first(pool: BlockPool) -> bool:
+    """(vLLM's free_blocks: a block that caches nothing goes to the free queue's front)"""
+    return bool(pool._front) and pool._front[0].hash is None
+
+
 def test_block_pool_hits_evicts_least_recent_and_reports_events():
     pool = BlockPool(9, 4, BlockHasher(4), events=True)  # 8 usable blocks of 4 tokens
     a = _request("a", list(range(13)))  # 3 full blocks + 1 token
@@ -123,12 +128,15 @@ def test_block_pool_hits_evicts_least_recent_and_reports_events():
     pool.prompt_hashes(c)
     assert pool.admit(c) and c.cached_tokens == 8
     pool.free(c)
-    # new prompts take the never-used blocks first, then evict the least recently freed
-    d = _request("d", list(range(100, 120)))
+    assert partial_block_reused_first(pool)
+    # a new prompt takes the block that cached nothing first (freed to the queue's front), then
+    # the never-used ones, then evicts the least recently freed cached ones
+    d = _request("d", list(range(100, 128)))  # 7 blocks: 1 reused, 4 new, 2 evicted
     pool.prompt_hashes(d)
+    pool.take_events()
     assert pool.admit(d)
     removed = [e for e in pool.take_events() if isinstance(e, ev.BlockRemoved)]
-    assert removed  # the tail of a/b/c's blocks went first
+    assert [e.block_hashes for e in removed] == [[external(h)] for h in a.hashes[2:0:-1]]
     assert pool.reset() is False  # d holds blocks
     pool.free(d)
     assert pool.reset() is True

@@ -4,16 +4,16 @@ A pool of ``num_blocks`` KV blocks of ``block_size`` tokens (one of them vLLM's 
 handed out). A request looks its prompt's full blocks up by hash (``BlockHasher``: vLLM's hashes),
 stopping at the first miss and leaving the prompt's last token out (vLLM recomputes it for its
 logits), takes the blocks it found and new ones for the rest; once its prompt is computed, its
-full blocks are cached, and so are the blocks its output fills. A block no request holds goes to
-the end of the free queue, still cached; new blocks come from the front, and a cached block taken
-so is evicted. A finished request's blocks are freed last block first, so that its tail is evicted
-before its prefix. Each change is a KV-cache event (``kv_events``), as vLLM's pool records them
+full blocks are cached, and so are the blocks its output fills. New blocks come from the front
+of the free queue; a cached block no request holds goes to its end (and is evicted when taken
+from the front), a block that caches nothing to its front (reused first). A finished request's
+blocks are freed last block first, so that its tail is evicted before its prefix. Each change is a KV-cache event (``kv_events``), as vLLM's pool records them
 (they go out with the engine's next step, as vLLM's do).
 """
 
 from __future__ import annotations
 
-from collections import OrderedDict
+from collections import OrderedDict, deque
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -77,10 +77,12 @@ class BlockPool:
         self.hasher = hasher
         self.caching = caching and hasher is not None
         self.events: list[ev.Event] | None = [] if events else None
-        #: Blocks never handed out yet (made when first taken).
+        #: The free queue: blocks that cache nothing, freed last first; then blocks never handed
+        #: out (made when first taken); then cached blocks no request holds, least recently
+        #: freed first.
+        self._front: deque[_Block] = deque()
         self._fresh = num_blocks - 1
         self._next_id = 1
-        #: Blocks no request holds, the next to be taken first (cached ones among them).
         self._free: OrderedDict[int, _Block] = OrderedDict()
         self._cached: dict[bytes, _Block] = {}
         #: Blocks held by requests.
@@ -95,7 +97,7 @@ class BlockPool:
 
     @property
     def free_blocks(self) -> int:
-        return self._fresh + len(self._free)
+        return len(self._front) + self._fresh + len(self._free)
 
     def blocks_for(self, tokens: int) -> int:
         return -(-tokens // self.block_size)
@@ -187,12 +189,18 @@ class BlockPool:
             req.blocks.append(self._take())
 
     def free(self, req: CachedRequest) -> None:
-        """A finished request's blocks go back, its last block first."""
+        """A finished request's blocks go back, its last block first: the cached ones to the
+        end of the free queue, the others to its front (vLLM's ``free_blocks``)."""
+        first: list[_Block] = []
         for block in reversed(req.blocks):
             block.ref -= 1
             if block.ref == 0:
                 self.used -= 1
-                self._free[block.id] = block
+                if block.hash is None or not self.caching:
+                    first.append(block)
+                else:
+                    self._free[block.id] = block
+        self._front.extendleft(reversed(first))
         req.blocks = []
 
     def reset(self) -> bool:
@@ -223,7 +231,9 @@ class BlockPool:
 
     def _take(self) -> _Block:
         """A block from the front of the free queue (a cached one taken so is evicted)."""
-        if self._fresh:
+        if self._front:
+            block = self._front.popleft()
+        elif self._fresh:
             self._fresh -= 1
             block = _Block(self._next_id)
             self._next_id += 1
