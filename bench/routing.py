@@ -32,8 +32,10 @@ on the tiny model (its 128-token blocks), ``--routing prefix`` (its KV-cache eve
 tokenwire) and ``--routing fewest`` in turn, ``REAL_SYSTEMS`` system prompts of about 400 tokens
 × ``REAL_USERS`` users, ``REAL_CONCURRENCY`` at a time: the hit rate is what the engines say in
 each response's ``usage.prompt_tokens_details.cached_tokens``.
-Environment: FRONTENDS, SYSTEMS=32, USERS=16, SYSTEM_TOKENS=1000, CONCURRENCY=32, TOKENS=16,
-STEP_MS=5, PREFILL_MS=0.05, BLOCKS=1200, SEED=0; REAL_SYSTEMS=8, REAL_USERS=6,
+Each frontend runs ``ROUNDS`` times (fresh engines each time, the frontends in a rotated order
+each round); the table gives each figure's median over its rounds.
+Environment: FRONTENDS, ROUNDS=3, SYSTEMS=32, USERS=16, SYSTEM_TOKENS=1000, CONCURRENCY=32,
+TOKENS=16, STEP_MS=5, PREFILL_MS=0.05, BLOCKS=1200, SEED=0; REAL_SYSTEMS=8, REAL_USERS=6,
 REAL_CONCURRENCY=4.
 """
 
@@ -68,6 +70,7 @@ STEP_MS = os.environ.get("STEP_MS", "5")
 PREFILL_MS = os.environ.get("PREFILL_MS", "0.05")
 BLOCKS = os.environ.get("BLOCKS", "1200")
 SEED = int(os.environ.get("SEED", "0"))
+ROUNDS = int(os.environ.get("ROUNDS", "3"))
 REAL_SYSTEMS = int(os.environ.get("REAL_SYSTEMS", "8"))
 REAL_USERS = int(os.environ.get("REAL_USERS", "6"))
 REAL_CONCURRENCY = int(os.environ.get("REAL_CONCURRENCY", "4"))
@@ -281,6 +284,17 @@ def run_real(policy: str, paths: dict, work: list[str], logdir: Path) -> dict:
     }
 
 
+def _median(rows: list[dict]) -> dict:
+    """One frontend's rounds: the median of each figure (the counts summed)."""
+    out = dict(rows[0])
+    for key in ("hit_rate", "ttft_p50_ms", "ttft_p99_ms", "requests_per_s"):
+        values = sorted(r[key] for r in rows)
+        out[key] = values[len(values) // 2]
+    out["complete"] = sum(r["complete"] for r in rows)
+    out["requests"] = sum(r["requests"] for r in rows)
+    return out
+
+
 def _table(rows: list[dict]) -> None:
     print("| frontend | prefix-cache hit rate | TTFT p50 / p99 ms | requests/s | completed |")
     print("|---|---:|---:|---:|---:|")
@@ -342,11 +356,13 @@ def main() -> None:
     logdir = Path(os.environ.get("BENCH_LOGS", "bench/results/routing-logs"))
     logdir.mkdir(parents=True, exist_ok=True)
     work = prompts(model)
-    rows = []
-    for kind in kinds:
-        row = run_one(kind, model, smg, work, logdir)
-        print(json.dumps(row), flush=True)
-        rows.append(row)
+    runs: dict[str, list[dict]] = {k: [] for k in kinds}
+    for r in range(ROUNDS):  # (each round in a rotated order: drifts hit every frontend alike)
+        for kind in kinds[r % len(kinds) :] + kinds[: r % len(kinds)]:
+            row = run_one(kind, model, smg, work, logdir)
+            print(json.dumps(row), flush=True)
+            runs[kind].append(row)
+    rows = [_median(runs[k]) for k in kinds]
     print(
         f"\n{ENGINES} mock engines, {SYSTEMS} system prompts of about {SYSTEM_TOKENS} tokens × "
         f"{USERS} users, C={CONCURRENCY}, {TOKENS} tokens out, prefill {PREFILL_MS} ms/token, "
