@@ -11,6 +11,7 @@ from tokenwire.entrypoints import mock_engine, serve
 from tokenwire.entrypoints.options import (
     adapters,
     engine,
+    fleet,
     limits,
     media,
     operations,
@@ -43,6 +44,7 @@ def build_parser() -> argparse.ArgumentParser:
     output.add_arguments(cmd)
     media.add_arguments(cmd)
     adapters.add_arguments(cmd)
+    fleet.add_arguments(cmd)
     operations.add_arguments(cmd)
     mock = sub.add_parser(
         "mock-engine",

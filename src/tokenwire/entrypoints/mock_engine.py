@@ -1,11 +1,12 @@
 """``tokenwire mock-engine``: the synthetic engine behind the engine side of vLLM's EngineCore
-protocol, dialing a frontend's handshake address."""
+protocol, dialing a frontend's handshake address, with vLLM's prefix cache, KV-cache events,
+LoRA and scheduling flags modelled."""
 
 from __future__ import annotations
 
 import argparse
 
-from tokenwire.entrypoints.options import engine, operations
+from tokenwire.entrypoints.options import engine, fleet, operations
 from tokenwire.tokenizer import Tokenizer
 
 __all__ = ["add_arguments", "main"]
@@ -36,7 +37,15 @@ def add_arguments(mock: argparse.ArgumentParser) -> None:
         "pooling model's (embed, token_embed: the synthetic engine's vectors) or both "
         "(default: %(default)s)",
     )
+    mock.add_argument(
+        "--stats-file",
+        default=None,
+        metavar="PATH",
+        help="when it exits, write its counters there as JSON: requests added and aborted, "
+        "prefix-cache lookups (requests, prompt tokens, tokens found cached)",
+    )
     engine.add_synthetic_arguments(mock)
+    fleet.add_mock_engine_arguments(mock)
     operations.add_log_level(mock)
 
 
@@ -46,6 +55,10 @@ def main(args: argparse.Namespace) -> int:
 
     operations.configure_logging(args)
     tok = Tokenizer.from_pretrained(args.tokenizer) if args.tokenizer else Tokenizer.default()
+    try:
+        cache = fleet.mock_cache_config(args)
+    except ValueError as exc:
+        raise SystemExit(f"tokenwire mock-engine: {exc}") from None
     run_mock_engine(
         tok,
         engine.synthetic_config(args),
@@ -53,5 +66,7 @@ def main(args: argparse.Namespace) -> int:
         rank=args.data_parallel_rank,
         max_model_len=args.max_model_len,
         runner=args.runner,
+        cache=cache,
+        stats_file=args.stats_file,
     )
     return 0

@@ -13,6 +13,7 @@ from tokenwire.engine import Engine
 from tokenwire.entrypoints.options import (
     adapters,
     engine,
+    fleet,
     limits,
     media,
     operations,
@@ -35,6 +36,7 @@ def main(args: argparse.Namespace, serve_args: list[str]) -> int:
 def _serve(args: argparse.Namespace) -> int:
     started_at = time.perf_counter()
     limits.check(args)
+    fleet.check(args)
     listen = server.listen_settings(args)
     try:
         features = output.features(args)
@@ -97,6 +99,7 @@ def _serve(args: argparse.Namespace) -> int:
             model_root=args.model or args.tokenizer,
             tokenizer_info=args.enable_tokenizer_info_endpoint,
             media_options=media.media_options(args),
+            **fleet.server_settings(args),
         ),
     )
     banner = (
@@ -138,6 +141,7 @@ def _supervise(args: argparse.Namespace, serve_args: list[str]) -> int:
     # before anything starts.
     server.listen_settings(args)
     operations.check_observe(args)
+    fleet.check(args)
     mock_args: list[str] = []
     launcher = None
     handshake = None

@@ -138,6 +138,7 @@ class Supervisor:
         cfg = self.config
         for sig in (signal.SIGTERM, signal.SIGINT):
             signal.signal(sig, self._on_signal)
+        signal.signal(signal.SIGHUP, self._on_hup)
         ctx: zmq.Context | None = None
         hs: zmq.Socket | None = None
         try:
@@ -185,6 +186,13 @@ class Supervisor:
                 hs.close(0)
             if ctx is not None:
                 ctx.term()
+
+    def _on_hup(self, signum: int, frame: object) -> None:
+        """SIGHUP: every worker re-reads the API keys file."""
+        for proc in self.workers:
+            if proc.poll() is None:
+                with contextlib.suppress(ProcessLookupError):
+                    proc.send_signal(signal.SIGHUP)
 
     def _on_signal(self, signum: int, frame: object) -> None:
         self._signal = signum

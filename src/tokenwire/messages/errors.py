@@ -14,6 +14,8 @@ __all__ = [
     "OverloadedError",
     "PayloadTooLargeError",
     "QueueFullError",
+    "QueueTimeoutError",
+    "RateLimitError",
     "RequestTimeoutError",
     "TokenizeError",
     "TokenwireError",
@@ -45,6 +47,8 @@ class TokenwireError(Exception):
     #: OpenAI's error ``code`` when it has a word for the error (``model_not_found``); None: the
     #: HTTP status is the code.
     code: ClassVar[str | None] = None
+    #: Response headers the error's answer carries (``Retry-After``, ``x-ratelimit-*``).
+    headers: tuple[tuple[bytes, bytes], ...] = ()
 
     def __init__(self, detail: str, *, param: str | None = None) -> None:
         super().__init__(detail)
@@ -121,12 +125,40 @@ class QueueFullError(TokenwireError):
     error_type = "service_unavailable"
 
 
+class QueueTimeoutError(QueueFullError):
+    """The request waited for a place longer than the server lets it (503, with
+    ``Retry-After``)."""
+
+    prefix = "queue timeout"
+
+    def __init__(self, detail: str, *, retry_after: float) -> None:
+        super().__init__(detail)
+        self.headers = ((b"retry-after", str(max(1, int(-(-retry_after // 1)))).encode()),)
+
+
 class OverloadedError(TokenwireError):
     """Too many requests in flight (429)."""
 
     status = 429
     prefix = "overloaded"
     error_type = "rate_limit_exceeded"
+
+
+class RateLimitError(TokenwireError):
+    """A key past one of its quotas (429, OpenAI's ``rate_limit_exceeded``; ``error_type`` the
+    quota: ``requests``, ``tokens``, ``concurrent_requests``), with its ``x-ratelimit-*`` and
+    ``retry-after`` headers."""
+
+    status = 429
+    prefix = "rate limit reached"
+    code = "rate_limit_exceeded"
+
+    def __init__(
+        self, detail: str, *, kind: str, headers: tuple[tuple[bytes, bytes], ...] = ()
+    ) -> None:
+        super().__init__(detail)
+        self.error_type = kind  # type: ignore[misc]
+        self.headers = headers
 
 
 class ClientDisconnected(TokenwireError):

@@ -33,6 +33,10 @@ class RuntimeConfig:
     #: Where the model comes from (``/v1/models``' ``root``); default: its name.
     model_root: str | None = None
     max_concurrent_requests: int = 1024
+    #: Requests that may wait for a place past ``max_concurrent_requests`` (0: 429 at once),
+    #: and the seconds one may wait (None: as long as it takes); see ``runtime.admission``.
+    max_waiting_requests: int = 0
+    queue_timeout: float | None = None
     sink_capacity: int = 64
     #: Seconds a streaming client may read nothing while its sink is full before its request
     #: is ended (None: never).

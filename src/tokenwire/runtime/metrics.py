@@ -363,13 +363,20 @@ class Metrics:
 class EngineCollector:
     """Engine-side gauges, read at scrape time from what the engines last reported: vLLM's
     requests running and waiting and KV cache usage (``vllm:*``, per engine), and tokenwire's
-    live engines and KV cache capacity."""
+    live engines and KV cache capacity. Requests waiting in tokenwire's own queue
+    (``queue.waiting``, before any engine) count among the engines' waiting ones, shared out
+    evenly, so that whoever reads ``vllm:num_requests_waiting`` sees every request waiting."""
 
     def __init__(
-        self, engine: object, registry: CollectorRegistry, model_name: str = "tokenwire"
+        self,
+        engine: object,
+        registry: CollectorRegistry,
+        model_name: str = "tokenwire",
+        queue: object = None,
     ) -> None:
         self.engine = engine
         self.model_name = model_name
+        self.queue = queue
         registry.register(self)
 
     def stats_taken_at(self) -> dict[str, float]:
@@ -397,16 +404,20 @@ class EngineCollector:
                 capacity.add_metric([str(e["rank"])], float(e["kv_capacity_tokens"]))
         yield capacity
         model = self.model_name
+        queued = getattr(self.queue, "waiting", 0) or 0
         if stats is None:
             # An engine without scheduler stats (the synthetic one) may still count its batch.
             for name, attr, doc in _SCHEDULER_SERIES:
                 value = getattr(self.engine, attr, None)
                 if isinstance(value, (int, float)):
+                    if attr == "waiting":
+                        value += queued
                     family = GaugeMetricFamily(name, doc, labels=list(_LABELS))
                     family.add_metric([model, "0"], float(value))
                     yield family
             return
         yield from self._engine_counts(model, stats)
+        ranks = sorted(stats)
         for name, key, doc in _SCHEDULER_STATS:
             family = GaugeMetricFamily(name, doc, labels=list(_LABELS))
             for rank, values in sorted(stats.items()):
@@ -415,6 +426,9 @@ class EngineCollector:
                     # vLLM's gauge counts the requests its scheduler skipped too.
                     skipped = values.get("num_skipped_waiting_reqs")
                     value += skipped if isinstance(skipped, (int, float)) else 0
+                    if queued:
+                        i = ranks.index(rank)
+                        value += queued // len(ranks) + (1 if i < queued % len(ranks) else 0)
                 if isinstance(value, (int, float)):
                     family.add_metric([model, str(rank)], float(value))
             yield family
@@ -504,7 +518,9 @@ _SCHEDULER_SERIES = tuple(
     for (name, _, doc), attr in zip(_SCHEDULER_STATS, ("running", "waiting", "kv_cache_usage"))
 )
 #: Gauges that describe the shared engines as every worker sees them: they merge by max.
-_ENGINE_GAUGES = frozenset({"tokenwire_engines_alive", "tokenwire_kv_cache_capacity_tokens"})
+_ENGINE_GAUGES = frozenset(
+    {"tokenwire_engines_alive", "tokenwire_kv_cache_capacity_tokens", "vllm:lora_requests_info"}
+)
 #: Gauges from the engines' scheduler stats, which vLLM sends to one worker per step (so a
 #: worker's may be long out of date): each engine's value comes from the worker that holds its
 #: newest stats, by the engine's clock (vLLM's own merge, "mostrecent").

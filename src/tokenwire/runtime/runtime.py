@@ -56,7 +56,9 @@ from tokenwire.messages.frames import (
 )
 from tokenwire.multimodal.media import MissingExtraError
 from tokenwire.pooling.tasks import PoolingModel, choose_pooling_task
+from tokenwire.runtime.admission import Admission
 from tokenwire.runtime.config import RuntimeConfig
+from tokenwire.runtime.fleet_metrics import FleetMetrics
 from tokenwire.runtime.media import MediaPool, extra_installed
 from tokenwire.runtime.metrics import EngineCollector, EngineSeries, Metrics, SharedMetrics
 from tokenwire.runtime.models import ServedModels
@@ -108,7 +110,26 @@ class Runtime:
         self.pooling_task: str | None = None
         self.pooling_model: PoolingModel = config.pooling_model or PoolingModel()
         self.metrics = Metrics(config.model_name, tokenizer.max_model_len)
-        collector = EngineCollector(engine, self.metrics.registry, config.model_name)
+        #: The waiting queue in front of the engines.
+        self.admission = Admission(
+            config.max_concurrent_requests,
+            lambda: len(self.shard) + len(self.pooling),
+            max_waiting=config.max_waiting_requests,
+            timeout=config.queue_timeout,
+        )
+        #: Per-choice callbacks of requests whose usage is counted as they finish (API keys'
+        #: token quotas).
+        self._on_finish: dict[str, Any] = {}
+        collector = EngineCollector(
+            engine, self.metrics.registry, config.model_name, self.admission
+        )
+        self.fleet_metrics = FleetMetrics(
+            self.metrics.registry,
+            engine,
+            self.admission,
+            config.model_name,
+            lambda rank: self.metrics.engine(rank).generation_tokens._value.get(),
+        )
         self._engine_of = getattr(engine, "engine_of", None)
         self._pop_times = getattr(engine, "pop_request_times", None)
         #: Set when several API-server processes share one /metrics.
@@ -213,24 +234,30 @@ class Runtime:
                 log.warning("cannot write the metrics snapshot: %s", exc)
 
     async def _watch_engine(self) -> None:
-        """Should the engine die without a word, no request in flight is left waiting."""
+        """Should the engine die without a word, no request in flight (nor waiting for a
+        place) is left waiting."""
         while True:
             await asyncio.sleep(_WATCHDOG_PERIOD)
-            if not self.engine.alive and (len(self.shard) or len(self.pooling)):
+            if not self.engine.alive and (
+                len(self.shard) or len(self.pooling) or self.admission.waiting
+            ):
                 self._fail_all(QueueFullError("the engine is not running"))
 
     def _fail_all(self, error: TokenwireError) -> None:
+        self.admission.fail_all(error)
         for rid in self.shard.live_rids():
             self.shard.fail(rid, error)
             self._abort_in_engine(rid)
         for rid in self.pooling.live_rids():
             self.pooling.fail(rid, error)
+        self._on_finish.clear()
         self.metrics.in_flight.set(len(self.shard))
 
     async def drain(self, timeout: float) -> None:
         """Shutting down: refuse new requests (503), give those in flight up to ``timeout``
         seconds to finish, then end the rest with a 503 error their clients can read."""
         self.draining = True
+        self.admission.fail_all(QueueFullError("the server is shutting down"))
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout
         while (len(self.shard) or len(self.pooling)) and loop.time() < deadline:
@@ -249,11 +276,15 @@ class Runtime:
     def _abort_in_engine(self, rid: str) -> None:
         with contextlib.suppress(Exception):
             self.engine.abort(rid)
+        if self.admission.waiting:  # (the shard gave a request up: its place is free)
+            asyncio.get_running_loop().call_soon(self.admission.poke)
 
     def on_output(self, frame: bytes | Decoded) -> None:
         """One frame from the engine, or one step an engine decoded from its own wire format."""
         if isinstance(frame, Pooled):
             self.pooling.on_pooled(frame)
+            if self.admission.waiting:
+                self.admission.poke()
             return
         if isinstance(frame, Decoded):
             t0 = time.perf_counter()
@@ -261,6 +292,8 @@ class Runtime:
             series = self.metrics.engine(frame.engine)
             series.egress_step.observe(time.perf_counter() - t0)
             series.generation_tokens.inc(len(frame.token_ids))
+            if self.admission.waiting:
+                self.admission.poke()
             return
         if not frame:
             return
@@ -283,6 +316,7 @@ class Runtime:
                 self.pooling.fail(rid, InternalError(f"engine: {message}"))
             else:
                 self.shard.fail(rid, InternalError(f"engine: {message}"))
+                self._on_finish.pop(rid, None)
         elif tag == EGRESS_TAG_RESULT:
             with contextlib.suppress(TokenwireError):
                 rid, payload = decode_result_frame(frame)
@@ -291,6 +325,8 @@ class Runtime:
                     fut.set_result(payload)
         else:
             log.error("engine frame with unknown tag %d", tag)
+        if self.admission.waiting:
+            self.admission.poke()
 
     # ---- request side ----------------------------------------------------------------------------
 
@@ -333,8 +369,35 @@ class Runtime:
                     param="max_tokens",
                 )
 
-    def submit(self, plan: Plan) -> list[tuple[str, int, EgressSink]]:
-        """Register and submit every choice of ``plan``: ``(rid, prompt index, sink)`` each."""
+    async def admit(
+        self,
+        plan: Plan,
+        gone: asyncio.Future[None] | None = None,
+        on_finish: Any = None,
+    ) -> list[tuple[str, int, EgressSink]]:
+        """``submit`` once the waiting queue lets ``plan`` in (``runtime.admission``): 429 when
+        it cannot wait, 503 when it waited too long or no engine serves, ``ClientDisconnected``
+        when ``gone`` (the client's disconnect) comes first. ``on_finish(done)`` hears of each
+        choice that finishes."""
+        self._check_serving()
+        self._check_plan(plan)
+        await self.admission.enter(plan.choices, plan.priority, gone)
+        try:
+            self._check_serving()
+            out = self._submit(plan)
+        finally:
+            self.admission.entered(plan.choices)
+        if on_finish is not None:
+            for rid, _, _ in out:
+                self._on_finish[rid] = on_finish
+        return out
+
+    def forget_finish(self, subs: list[tuple[str, int, EgressSink]]) -> None:
+        """No more ``on_finish`` for these choices (their response is over)."""
+        for rid, _, _ in subs:
+            self._on_finish.pop(rid, None)
+
+    def _check_serving(self) -> None:
         if not self.engine.alive:
             raise QueueFullError("the engine is not running")
         if self.draining:
@@ -345,17 +408,31 @@ class Runtime:
                 "generate text (use its pooling routes: /v1/embeddings, /pooling, /score...)",
                 param="model",
             )
-        if plan.beam is not None:  # (the frontend's beam search submits each step itself)
-            return []
+
+    def submit(self, plan: Plan, *, past_limit: bool = False) -> list[tuple[str, int, EgressSink]]:
+        """Register and submit every choice of ``plan`` now: ``(rid, prompt index, sink)``
+        each (429 when the places are taken, whoever waits for them; ``past_limit``: a probe's
+        request, which goes in whatever the load)."""
+        self._check_serving()
+        self._check_plan(plan)
+        choices = plan.choices
+        limit = self.config.max_concurrent_requests
+        taken = len(self.shard) + len(self.pooling) + self.admission.reserved
+        if (self.admission.waiting or taken + choices > limit) and not past_limit:
+            raise OverloadedError(f"too many requests in flight (limit {limit})")
+        return self._submit(plan)
+
+    def _check_plan(self, plan: Plan) -> None:
+        if plan.beam is not None:
+            return
         if plan.media and any(plan.media) and plan.mm_features is None:
             raise RuntimeError("a plan with media was submitted before prepare_media")
-        choices = plan.choices
         if not plan.stream:
             check_gathered_logprobs(plan, self.tokenizer.max_model_len)
-        if len(self.shard) + len(self.pooling) + choices > self.config.max_concurrent_requests:
-            raise OverloadedError(
-                f"too many requests in flight (limit {self.config.max_concurrent_requests})"
-            )
+
+    def _submit(self, plan: Plan) -> list[tuple[str, int, EgressSink]]:
+        if plan.beam is not None:  # (the frontend's beam search submits each step itself)
+            return []
         out: list[tuple[str, int, EgressSink]] = []
         try:
             for p, prompt in enumerate(plan.prompts):
@@ -416,7 +493,8 @@ class Runtime:
         if self.draining:
             raise QueueFullError("the server is shutting down")
         count = len(plan.prompts)
-        if len(self.shard) + len(self.pooling) + count > self.config.max_concurrent_requests:
+        taken = len(self.shard) + len(self.pooling) + self.admission.reserved
+        if taken + count > self.config.max_concurrent_requests:
             raise OverloadedError(
                 f"too many requests in flight (limit {self.config.max_concurrent_requests})"
             )
@@ -469,10 +547,15 @@ class Runtime:
         """A choice's final item (``Done``): its outcome and sizes counted, and its phases as
         the engine timed them (returned; None when the engine does not say)."""
         times = self._pop_times(done.rid) if self._pop_times is not None else None
+        if self._on_finish:
+            hook = self._on_finish.pop(done.rid, None)
+            if hook is not None:
+                hook(done)
         if times is not None and times.engine != series.label:
             series = self.metrics.engine(times.engine)
         fr = done.finish_reason
         series.finished((fr.openai_finish_reason if fr is not None else None) or "unknown")
+        self.fleet_metrics.finished(series.label, done.prompt_tokens, done.cached_tokens)
         series.request_prompt_tokens.observe(done.prompt_tokens)
         series.request_generation_tokens.observe(done.completion_tokens)
         cached = max(done.cached_tokens, 0)
@@ -494,7 +577,11 @@ class Runtime:
         self.shard.abort(rid)
         if sink is not None:
             sink.close()
+        if self._on_finish:
+            self._on_finish.pop(rid, None)
         self.metrics.in_flight.set(len(self.shard) + len(self.pooling))
+        if self.admission.waiting:
+            self.admission.poke()
 
     def abort_requests(self, rid: str, *, abort_all: bool = False) -> int:
         """SGLang's ``/abort_request``: end request ``rid`` (every choice of it: engine ids
@@ -505,10 +592,14 @@ class Runtime:
         reason = FinishReason.abort("aborted by /abort_request", status_code=None)
         ended = sum(self.shard.end_aborted(r, reason) for r in hits)
         self.metrics.in_flight.set(len(self.shard))
+        if self.admission.waiting:
+            self.admission.poke()
         return ended
 
     def finished(self) -> None:
         self.metrics.in_flight.set(len(self.shard) + len(self.pooling))
+        if self.admission.waiting:
+            self.admission.poke()
 
 
 #: Most logprob entries (positions times one plus the top alternatives) a response that is not

@@ -1,7 +1,8 @@
 """The access log: one line per HTTP request, written when its response is over, in uvicorn's
 shape plus the duration (``127.0.0.1:51234 - "POST /v1/completions HTTP/1.1" 200 12.3ms``); a
 stream that ended in an error event shows that error's status too, as the client read it
-(``200 -> 500``). ``--disable-access-log`` turns it off."""
+(``200 -> 500``); a request made with an API key ends with its name (``key=team-a``).
+``--disable-access-log`` turns it off."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ import time
 from typing import Any
 
 from tokenwire.server.guard import passing
+from tokenwire.server.security import request_key
 
 __all__ = ["STREAM_ERROR", "access_line", "logged"]
 
@@ -33,9 +35,10 @@ def access_line(scope: dict[str, Any], status: int | None, seconds: float) -> st
     ended = scope.get(STREAM_ERROR)
     if ended is not None:
         shown += f" -> {ended}"
-    return (
-        f'{who} - "{scope.get("method", "-")} {path} HTTP/{version}" {shown} {seconds * 1e3:.1f}ms'
-    )
+    method = scope.get("method", "-")
+    line = f'{who} - "{method} {path} HTTP/{version}" {shown} {seconds * 1e3:.1f}ms'
+    key = request_key(scope)
+    return line if key is None else f"{line} key={key.name}"
 
 
 async def logged(app: Any, scope: dict[str, Any], receive: Any, send: Any) -> None:

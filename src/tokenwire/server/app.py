@@ -6,13 +6,16 @@ tokenwire's connection protocol)."""
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import logging
+import signal
 from collections.abc import Awaitable, Callable
 from types import SimpleNamespace
 from typing import Any
 
 from tokenwire.engine import Engine
-from tokenwire.messages.errors import TokenwireError
+from tokenwire.messages.errors import ForbiddenError, TokenwireError, UnauthorizedError
 from tokenwire.runtime import Runtime
 from tokenwire.server import (
     access_log,
@@ -22,17 +25,21 @@ from tokenwire.server import (
     limits,
     lora,
     openai,
+    openapi,
     pooling,
+    probes,
     responses,
     utility,
 )
+from tokenwire.server.admit import GATE_SCOPE, Gate
 from tokenwire.server.config import ServerConfig
 from tokenwire.server.errors import OPENAI_ERRORS, ErrorDialect, NotFound
 from tokenwire.server.guard import guarded, passing
 from tokenwire.server.health_listener import HealthListener
 from tokenwire.server.http import current_scope, respond, route_of, send_error
+from tokenwire.server.keys import KeyRing
 from tokenwire.server.observe import RequestRecord, current_record
-from tokenwire.server.security import Security
+from tokenwire.server.security import Security, request_key
 from tokenwire.tokenizer import Tokenizer
 
 __all__ = ["App", "Handler", "create_app"]
@@ -75,7 +82,11 @@ class App:
         #: The server's settings (the runtime's, and the HTTP server's own).
         self.config = config
         self.state = SimpleNamespace(runtime=runtime)
-        self._security = Security(config.security)
+        #: The accepted API keys (``--api-keys-file`` re-read on SIGHUP).
+        self.keys = KeyRing(config.security.api_keys, config.admin_api_keys, config.api_keys_file)
+        self._security = Security(config.security, self.keys)
+        #: Keys' quotas and metrics, and the keep-alive of streams.
+        self.gate = Gate(self.keys, runtime.metrics.registry, config.sse_keep_alive_interval)
         self._observe = config.observe
         self._observing = config.observe.active
         self._routes: dict[tuple[str, str], Handler] = {
@@ -86,6 +97,8 @@ class App:
             **pooling.ROUTES,
             **utility.ROUTES,
             **engine_control.ROUTES,
+            **probes.ROUTES,
+            **openapi.ROUTES,
         }
         #: ``/health`` and ``/metrics`` on their own port (``--health-port``), once started.
         self.health: HealthListener | None = None
@@ -98,6 +111,12 @@ class App:
             self._routes |= lora.ROUTES
         if config.tokenizer_info:
             self._routes |= utility.TOKENIZER_INFO_ROUTES
+        #: Routes only admin keys may call, once there are admin keys.
+        self.admin_paths = frozenset(
+            path
+            for table in (engine_control.DEV_ROUTES, engine_control.ROUTES, lora.ROUTES)
+            for _, path in table
+        ) | {"/abort_request"}
         tok = runtime.tokenizer
         #: What the info routes report.
         self.facts = utility.ServerFacts(
@@ -162,6 +181,12 @@ class App:
         if cors:
             send = _adding_headers(send, cors)
         refused = security.check(scope)
+        if refused is None and self.keys.has_admin and scope["path"] in self.admin_paths:
+            refused = self._admin_refusal(scope)
+        key = request_key(scope)
+        if key is not None:
+            send = self._counted(send, key)
+        scope[GATE_SCOPE] = self.gate
         if refused is not None:
             route = route_of(scope["path"])
             await send_error(self.runtime.metrics, send, refused, route, dialect)
@@ -205,6 +230,32 @@ class App:
                 self.runtime.metrics, send, NotFound(f"no route {scope['path']}", 404), "other"
             )
 
+    def _admin_refusal(self, scope: dict) -> TokenwireError | None:
+        """Why a request may not call an admin route (401 without a key, 403 with another)."""
+        key = request_key(scope)
+        if key is None:
+            return UnauthorizedError(
+                f"{scope['path']} needs an admin API key (--admin-api-key): Authorization: "
+                "Bearer ..., or x-api-key"
+            )
+        if not self.keys.limits(key).admin:
+            return ForbiddenError(
+                f"the API key {key.name!r} may not call {scope['path']}: it needs an admin key "
+                "(--admin-api-key)"
+            )
+        return None
+
+    def _counted(self, send: Any, key: Any) -> Any:
+        """``send`` that counts the answer under the key's name."""
+        gate = self.gate
+
+        async def counting(message: dict) -> None:
+            if message["type"] == "http.response.start":
+                gate.answered(key, message["status"])
+            await send(message)
+
+        return passing(counting, send)
+
     def _on_unhandled(self, scope: dict) -> Any:
         def count(err: TokenwireError) -> None:
             self.runtime.metrics.requests.labels(route_of(scope["path"]), str(err.status)).inc()
@@ -219,6 +270,12 @@ class App:
                 try:
                     await self.runtime.start()
                     await self.state.responses.start()
+                    if self.keys.path is not None:
+                        # (the main thread only: a server run from a thread reloads on call)
+                        with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
+                            asyncio.get_running_loop().add_signal_handler(
+                                signal.SIGHUP, self.keys.reload
+                            )
                     if self.config.health_port is not None:
                         self.health = HealthListener(
                             self, self.config.health_host, self.config.health_port
@@ -230,6 +287,9 @@ class App:
                     return
                 await send({"type": "lifespan.startup.complete"})
             elif message["type"] == "lifespan.shutdown":
+                if self.keys.path is not None:
+                    with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
+                        asyncio.get_running_loop().remove_signal_handler(signal.SIGHUP)
                 if self.health is not None:
                     await self.health.close()
                 await self.state.responses.close()

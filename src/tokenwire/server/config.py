@@ -92,3 +92,8 @@ class ServerConfig(RuntimeConfig):
     responses: ResponsesConfig = dataclasses.field(default_factory=ResponsesConfig)
     #: vLLM's ``--enable-tokenizer-info-endpoint``: ``GET /tokenizer_info``.
     tokenizer_info: bool = False
+    #: ``--api-keys-file`` (re-read on SIGHUP) and ``--admin-api-key``'s keys (``keys``).
+    api_keys_file: str | None = None
+    admin_api_keys: tuple[str, ...] = ()
+    #: ``--sse-keep-alive-interval``: seconds of silence before a stream's keep-alive (0: off).
+    sse_keep_alive_interval: float = 0.0

@@ -42,6 +42,9 @@ class ErrorDialect:
 
     body: Callable[[TokenwireError], dict[str, Any]]
     stream_end: Callable[[TokenwireError], bytes]
+    #: What a silent stream is sent to keep proxies from closing it (``--sse-keep-alive-interval``):
+    #: an SSE comment, which every SSE client ignores.
+    keep_alive: bytes = b": keep-alive\n\n"
 
 
 def _openai_stream_end(err: TokenwireError) -> bytes:

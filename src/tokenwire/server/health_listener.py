@@ -26,12 +26,19 @@ log = logging.getLogger("tokenwire.server")
 #: Bytes of a probe's request line and headers, and seconds to send them.
 _MAX_HEAD = 16 << 10
 _HEAD_TIMEOUT = 5.0
-_PATHS = {b"/health": "/health", b"/ping": "/ping", b"/metrics": "/metrics"}
+_PATHS = {
+    b"/health": "/health",
+    b"/ping": "/ping",
+    b"/metrics": "/metrics",
+    b"/live": "/live",
+    b"/ready": "/ready",
+}
 _REASONS = {200: "OK", 404: "Not Found", 405: "Method Not Allowed", 503: "Service Unavailable"}
 
 
 class HealthListener:
-    """Serves ``/health``, ``/ping`` and ``/metrics`` of ``app`` on ``host:port``."""
+    """Serves ``/health``, ``/ping``, ``/live``, ``/ready`` and ``/metrics`` of ``app`` on
+    ``host:port``."""
 
     def __init__(self, app: App, host: str, port: int) -> None:
         self.app = app
@@ -99,5 +106,6 @@ class HealthListener:
             else:
                 sent["body"] = sent.get("body", b"") + message.get("body", b"")
 
-        await utility.ROUTES[("GET", path)](self.app, receive, send)
+        handler = self.app._routes.get(("GET", path)) or utility.ROUTES[("GET", path)]
+        await handler(self.app, receive, send)
         return sent["status"], sent["headers"], sent.get("body", b"")

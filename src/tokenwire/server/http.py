@@ -14,6 +14,7 @@ from tokenwire.messages.errors import TokenwireError
 from tokenwire.runtime.metrics import Metrics
 from tokenwire.server import limits
 from tokenwire.server.errors import OPENAI_ERRORS, ErrorDialect
+from tokenwire.server.security import request_key
 
 __all__ = [
     "JSON",
@@ -67,14 +68,17 @@ async def send_error(
 ) -> None:
     """Answer with ``err`` in the API's shape (OpenAI's by default), counted under ``route``
     (and logged: a client's error at INFO, with the field it names, the server's at ERROR)."""
-    rid = header(current_scope.get(), b"x-request-id")
+    scope = current_scope.get()
+    rid = header(scope, b"x-request-id")
+    key = request_key(scope) if scope is not None else None
     log.log(
         logging.ERROR if err.status >= 500 else logging.INFO,
-        "%s: %d %s%s%s: %s",
+        "%s: %d %s%s%s%s: %s",
         route,
         err.status,
         err.error_type,
         f" (request {rid})" if rid else "",
+        f" (key {key.name})" if key is not None else "",
         f" [{err.param}]" if err.param else "",
         err.detail[:300],
     )
@@ -82,6 +86,8 @@ async def send_error(
     metrics.request_errors.labels(err.error_type).inc()
     # A body refused part-way is not read to its end: the connection goes with it.
     headers = JSON_CLOSE if err.status in (408, 413) else JSON
+    if err.headers:
+        headers = [*headers, *err.headers]
     await respond(send, err.status, encode(dialect.body(err)), headers)
 
 

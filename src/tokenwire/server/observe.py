@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from tokenwire.messages.sampling import SamplingParams
+from tokenwire.server.security import request_key
 
 if TYPE_CHECKING:
     from tokenwire.engine import RequestTimes
@@ -191,14 +192,16 @@ class RequestRecord:
             self._index_of = {rid: k for k, (rid, _, _) in enumerate(subs)}
         if self.config.log_requests and log.isEnabledFor(logging.INFO):
             max_len = self.config.max_log_len
+            key = request_key(self.scope) if self.scope is not None else None
             log.info(
-                "Received request %s: %s, model %r, %d prompt token(s), %d choice(s), params: %s",
+                "Received request %s: %s, model %r, %d prompt token(s), %d choice(s), params: %s%s",
                 self.id,
                 plan.route,
                 plan.model,
                 plan.prompt_tokens,
                 len(subs),
                 _params_summary(params, max_len) or "defaults",
+                f", key {key.name}" if key is not None else "",
             )
             if log.isEnabledFor(logging.DEBUG):
                 for k, prompt in enumerate(plan.prompts):

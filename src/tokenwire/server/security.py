@@ -1,11 +1,12 @@
 """Who may call the server, and from which web pages.
 
-- ``--api-key KEY [KEY ...]`` (or ``TOKENWIRE_API_KEY``): every route but ``/health`` and
-  ``/metrics`` needs ``Authorization: Bearer <key>`` or (as Anthropic's clients send it)
-  ``x-api-key: <key>`` with one of the keys, compared in constant time; otherwise a 401 in the
-  API's error shape. The key a request presented is put in its ASGI scope under ``KEY_SCOPE`` as
-  an ``ApiKey`` (a stable id derived from the key, and a name for logs and metrics), so what a
-  client stores can be scoped to the key that made it.
+- ``--api-key KEY [KEY ...]`` (or ``TOKENWIRE_API_KEY``) and ``--api-keys-file`` (``keys``):
+  every route but the probes (``/health``, ``/live``, ``/ready``) and ``/metrics`` needs
+  ``Authorization: Bearer <key>`` or (as Anthropic's clients send it) ``x-api-key: <key>`` with
+  one of the keys, compared in constant time; otherwise a 401 in the API's error shape. The key a
+  request presented is put in its ASGI scope under ``KEY_SCOPE`` as an ``ApiKey`` (a stable id
+  derived from the key, and a name for logs and metrics), so what a client stores can be scoped
+  to the key that made it.
 - A request body in one of the content types a web page may send to any site without a CORS
   preflight (``text/plain``, ``application/x-www-form-urlencoded``, ``multipart/form-data``) is
   refused with 415, so no page can drive the server from a visitor's browser; a request with no
@@ -29,6 +30,7 @@ import hashlib
 import hmac
 import ipaddress
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from tokenwire.messages.errors import (
     ForbiddenError,
@@ -37,6 +39,9 @@ from tokenwire.messages.errors import (
     UnsupportedMediaTypeError,
     ValidationError,
 )
+
+if TYPE_CHECKING:
+    from tokenwire.server.keys import KeyRing
 
 __all__ = [
     "ApiKey",
@@ -54,7 +59,7 @@ __all__ = [
 KEY_SCOPE = "tokenwire.api_key"
 
 #: Routes that answer without an API key (probes and scrapers).
-OPEN_PATHS = frozenset({"/health", "/metrics"})
+OPEN_PATHS = frozenset({"/health", "/metrics", "/live", "/ready"})
 #: Content types a browser sends cross-site without a preflight.
 _SIMPLE_TYPES = frozenset(
     {b"text/plain", b"application/x-www-form-urlencoded", b"multipart/form-data"}
@@ -137,15 +142,38 @@ def _header(scope: dict, name: bytes) -> bytes | None:
     return None
 
 
-class Security:
-    """The checks of one ``SecurityConfig``, on ASGI scopes (no I/O)."""
+class _ConfigKeys:
+    """The keys of a ``SecurityConfig`` (``keys.KeyRing``'s interface: the server's own set
+    adds names, admin rights and quotas, and a file re-read on SIGHUP)."""
 
-    def __init__(self, config: SecurityConfig) -> None:
-        self.config = config
+    def __init__(self, api_keys: tuple[str, ...]) -> None:
         #: (``Bearer <key>``, ``<key>``, its ``ApiKey``) per accepted key
         self._keys = tuple(
-            (("Bearer " + k).encode(), k.encode(), ApiKey.of(k))
-            for k in dict.fromkeys(config.api_keys)
+            (("Bearer " + k).encode(), k.encode(), ApiKey.of(k)) for k in dict.fromkeys(api_keys)
+        )
+        self.required = bool(self._keys)
+
+    def __len__(self) -> int:
+        return len(self._keys)
+
+    def find(self, bearer: bytes | None, raw: bytes | None) -> ApiKey | None:
+        found = None
+        for bearer_key, raw_key, key in self._keys:
+            matched = bearer is not None and hmac.compare_digest(bearer, bearer_key)
+            matched |= raw is not None and hmac.compare_digest(raw, raw_key)
+            if matched and found is None:
+                found = key
+        return found
+
+
+class Security:
+    """The checks of one ``SecurityConfig``, on ASGI scopes (no I/O); ``keys``: the accepted
+    keys (a ``keys.KeyRing``; default: ``config.api_keys``)."""
+
+    def __init__(self, config: SecurityConfig, keys: KeyRing | None = None) -> None:
+        self.config = config
+        self.keys: KeyRing | _ConfigKeys = (
+            keys if keys is not None else _ConfigKeys(config.api_keys)
         )
         self._any_origin = "*" in config.allowed_origins
         self._origins = frozenset(o.encode() for o in config.allowed_origins)
@@ -170,13 +198,18 @@ class Security:
                 "not answer to (--allowed-hosts)",
                 param=None,
             )
-        if self._keys and not open_path:
+        keys = self.keys
+        if keys.required and not open_path:
             key = self._presented(scope)
             if key is None:
                 return UnauthorizedError(
                     "a valid API key is required (Authorization: Bearer ..., or x-api-key)"
                 )
             scope[KEY_SCOPE] = key
+        elif len(keys):  # (admin keys only: a key is looked at, not required)
+            key = self._presented(scope)
+            if key is not None:
+                scope[KEY_SCOPE] = key
         if scope["method"] in _BODY_METHODS:
             origin = _header(scope, b"origin")
             if origin is not None and not self._origin_allowed(scope, origin):
@@ -222,15 +255,7 @@ class Security:
     def _presented(self, scope: dict) -> ApiKey | None:
         """The accepted key the request carries (as a bearer token, or in ``x-api-key``), or
         None. Every key is compared, so the time taken does not say which one matched."""
-        bearer = _header(scope, b"authorization")
-        raw = _header(scope, b"x-api-key")
-        found = None
-        for bearer_key, raw_key, key in self._keys:
-            matched = bearer is not None and hmac.compare_digest(bearer, bearer_key)
-            matched |= raw is not None and hmac.compare_digest(raw, raw_key)
-            if matched and found is None:
-                found = key
-        return found
+        return self.keys.find(_header(scope, b"authorization"), _header(scope, b"x-api-key"))
 
     def _origin(self, scope: dict) -> bytes | None:
         """The request's Origin when CORS allows it."""

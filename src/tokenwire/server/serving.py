@@ -58,7 +58,7 @@ __all__ = [
 log = logging.getLogger("tokenwire.server")
 
 #: Paths that keep answering past ``max_connections``.
-_ALWAYS = {b"/health", b"/ping"}
+_ALWAYS = {b"/health", b"/ping", b"/live", b"/ready"}
 
 
 @dataclass(frozen=True)

@@ -19,6 +19,7 @@ from tokenwire.runtime import Plan, Runtime
 from tokenwire.runtime.metrics import EngineSeries
 from tokenwire.server import limits
 from tokenwire.server.access_log import STREAM_ERROR
+from tokenwire.server.admit import admit, release
 from tokenwire.server.direct_stream import DirectStream
 from tokenwire.server.errors import OPENAI_ERRORS, ErrorDialect
 from tokenwire.server.guard import direct
@@ -30,6 +31,7 @@ from tokenwire.server.http import (
     send_error,
     wait_disconnect,
 )
+from tokenwire.server.keepalive import KeepAlive
 from tokenwire.server.observe import RequestRecord, current_record
 from tokenwire.server.security import client_key
 from tokenwire.server.serving import BODY_WRITER, BodyWriter
@@ -159,9 +161,13 @@ def body_writer(send: Any) -> BodyWriter | None:
     return body if body is not None and body.serves(send) else None
 
 
-def watch(rt: Runtime, receive: Any, subs: Subs) -> asyncio.Future[None]:
-    """Abort every choice the moment the client disconnects."""
-    gone = asyncio.ensure_future(wait_disconnect(receive))
+def watch(
+    rt: Runtime, receive: Any, subs: Subs, gone: asyncio.Future[None] | None = None
+) -> asyncio.Future[None]:
+    """Abort every choice the moment the client disconnects (``gone``: the disconnect already
+    watched)."""
+    if gone is None:
+        gone = asyncio.ensure_future(wait_disconnect(receive))
 
     def on_gone(fut: asyncio.Future[None]) -> None:
         if not fut.cancelled() and fut.exception() is None:
@@ -172,18 +178,36 @@ def watch(rt: Runtime, receive: Any, subs: Subs) -> asyncio.Future[None]:
     return gone
 
 
-async def stream(rt: Runtime, receive: Any, send: Any, streamer: Streamer, route: str) -> None:
+async def stream(
+    rt: Runtime,
+    receive: Any,
+    send: Any,
+    streamer: Streamer,
+    route: str,
+    *,
+    gone: asyncio.Future[None] | None = None,
+    started: bool = False,
+    keep_alive: float = 0.0,
+) -> None:
     """Send a streamed response: ``streamer``'s bytes for its choices' items as they come, until
-    every choice has ended, the client has gone or stopped reading."""
+    every choice has ended, the client has gone or stopped reading (``started``: its start was
+    sent already; ``keep_alive``: seconds of silence before its API's keep-alive bytes)."""
     subs = streamer.subs
-    gone = watch(rt, receive, subs)
+    gone = watch(rt, receive, subs, gone)
     abandoned = end_when_abandoned(subs)
+    alive: KeepAlive | None = None
     try:
-        await send({"type": "http.response.start", "status": 200, "headers": SSE})
+        if not started:
+            await send({"type": "http.response.start", "status": 200, "headers": SSE})
         # Mid-stream chunks skip the wrappers that only look at the start and the end.
         write = direct(send)
         pending = streamer.head()
         body = body_writer(write)
+        if keep_alive > 0:
+            alive = KeepAlive(keep_alive, streamer.dialect.keep_alive, write, body)
+            write = alive.send(write)
+            if body is not None:
+                body = alive.body(body)  # type: ignore[assignment]
         if len(subs) == 1 and body is not None:
             # One choice over tokenwire's connection protocol (the common case): written from
             # the sink's wake-up, without a task wake-up and a send per step.
@@ -210,6 +234,8 @@ async def stream(rt: Runtime, receive: Any, send: Any, streamer: Streamer, route
                         break
             finally:
                 await batches.aclose()
+        if alive is not None:
+            await alive.stop()
         await send({"type": "http.response.body", "body": b"", "more_body": False})
         # A stream that ended in an error event counts as that error's status.
         failed = streamer.failed
@@ -228,14 +254,25 @@ async def stream(rt: Runtime, receive: Any, send: Any, streamer: Streamer, route
         rt.metrics.requests.labels(route, "429").inc()
         rt.metrics.request_errors.labels("client_stalled").inc()
     finally:
+        if alive is not None:
+            await alive.stop()
         gone.cancel()
         streamer.close()
 
 
-async def collect(rt: Runtime, receive: Any, send: Any, subs: Subs, work: Any, route: str) -> None:
+async def collect(
+    rt: Runtime,
+    receive: Any,
+    send: Any,
+    subs: Subs,
+    work: Any,
+    route: str,
+    *,
+    gone: asyncio.Future[None] | None = None,
+) -> None:
     """Send a whole JSON response: ``work`` (gathering the choices' items) gives its status and
     body; the client going away ends every choice."""
-    gone = watch(rt, receive, subs)
+    gone = watch(rt, receive, subs, gone)
     start = received.get() or time.perf_counter()
     series = rt.metrics.engine(rt.engine_of(subs[0][0]) if subs else 0)
     try:
@@ -380,28 +417,45 @@ async def serve_plan(
     gathered: Callable[[Plan, Subs], Awaitable[tuple[int, Any]]],
     dialect: ErrorDialect = OPENAI_ERRORS,
 ) -> None:
-    """A generation route: the JSON body parsed into a plan (``parse``), submitted, and answered
-    as a stream (``streamer``'s bytes) or a whole response (``gathered``'s status and body);
-    a request refused before that is answered in ``dialect``."""
+    """A generation route: the JSON body parsed into a plan (``parse``), admitted (its key's
+    quotas, the waiting queue: ``admit``), submitted, and answered as a stream (``streamer``'s
+    bytes) or a whole response (``gathered``'s status and body); a request refused before that
+    is answered in ``dialect``."""
     received.set(time.perf_counter())
     try:
         plan = await limits.parse_body(receive, parse)
         await rt.prepare_media(plan)  # (media fetched and processed in the media workers)
         # (an engine compiles a grammar off the event loop, each client in its turn)
         await rt.check_grammar(plan, client_key(current_scope.get()))
-        subs = rt.submit(plan)
     except ClientDisconnected:
         return
     except TokenwireError as err:
         await send_error(rt.metrics, send, err, route, dialect)
         return
-    record = current_record.get()
-    if record is not None:
-        record.submitted(plan, subs)
-    if plan.stream:
-        out = streamer(plan, subs)
-        if record is not None and record.log_outputs:
-            record.watch(out)
-        await stream(rt, receive, send, out, route)
-    else:
-        await collect(rt, receive, send, subs, gathered(plan, subs), route)
+    admitted = await admit(rt, plan, receive, send, route, dialect)
+    if admitted is None:
+        return
+    subs = admitted.subs
+    try:
+        record = current_record.get()
+        if record is not None:
+            record.submitted(plan, subs)
+        if plan.stream:
+            out = streamer(plan, subs)
+            if record is not None and record.log_outputs:
+                record.watch(out)
+            await stream(
+                rt,
+                receive,
+                admitted.send,
+                out,
+                route,
+                gone=admitted.gone,
+                started=admitted.started,
+                keep_alive=admitted.keep_alive,
+            )
+        else:
+            work = gathered(plan, subs)
+            await collect(rt, receive, admitted.send, subs, work, route, gone=admitted.gone)
+    finally:
+        release(rt, admitted)

@@ -2,8 +2,10 @@
 
 The frontend binds the handshake ROUTER (unless vLLM's supervisor did the handshake and hands
 over its listeners: the ``tokenwire-vllm-frontend`` mode), the input ROUTER and the output PULL.
-Each engine dials in with its rank as identity. Requests go to the engine with the fewest requests
-in flight (vLLM's rule for data parallelism); aborts go to the engine that owns the request. Each
+Each engine dials in with its rank as identity. Requests go to the engine ``routing`` picks
+(``VllmRouting``: the one holding the longest cached prefix of the prompt, within a load bound;
+without it, the one with the fewest requests in flight, vLLM's rule for data parallelism);
+aborts go to the engine that owns the request. Each
 engine step arrives as one ``EngineCoreOutputs`` message and goes to the shard as one decoded step,
 with no per-token Python work.
 
@@ -13,7 +15,8 @@ itself unhealthy (``alive`` is False) and refuses new requests with 503. So is a
 with requests in flight and nothing from it for ``stall_timeout`` seconds, it is asked a utility
 ping; unanswered, its requests end with an error (and are aborted), and it leaves rotation until
 it says something again. The handshake stays open for the server's life: an engine that comes
-back (a restarted rank) is taken in again.
+back (a restarted rank) is taken in again. With ``retry_on_failure``, a request whose engine dies
+before its first output is sent once to another engine in rotation, unseen by its client.
 """
 
 from __future__ import annotations
@@ -38,12 +41,15 @@ from tokenwire.engine.pooling import DEFAULT_TASKS, PoolingRequest
 from tokenwire.engine.vllm import pooling as pool_wire
 from tokenwire.engine.vllm import protocol as wire
 from tokenwire.engine.vllm.launch import startup_timeout_message
+from tokenwire.engine.vllm.routing import VllmRouting
 from tokenwire.engine.vllm.stats import RankStats
 from tokenwire.messages.errors import CodecError, QueueFullError, ValidationError
 from tokenwire.messages.finish_reason import FinishReason
 from tokenwire.messages.frames import Decoded, encode_error_frame
 
 if TYPE_CHECKING:
+    from tokenwire.engine.routing import RoutingConfig
+    from tokenwire.engine.vllm.kv_events import KvEventsConfig
     from tokenwire.engine.vllm.launch import VllmLauncher
     from tokenwire.tokenizer import Tokenizer
 
@@ -96,6 +102,15 @@ class VllmEngineConfig:
     #: Seconds an engine with requests in flight may say nothing before it is pinged, and then
     #: taken for hung if the ping goes unanswered as long (None: never).
     stall_timeout: float | None = DEFAULT_STALL_TIMEOUT
+    #: How requests are routed over several engines (None: fewest requests in flight).
+    routing: RoutingConfig | None = None
+    #: The engines' KV-cache events configuration, as they were given it (None: where their
+    #: ready responses say, if they do), and the host a publisher bound to a wildcard address
+    #: is reached at.
+    kv_events: KvEventsConfig | None = None
+    kv_events_host: str = "127.0.0.1"
+    #: A request whose engine dies before its first output is sent once to another.
+    retry_on_failure: bool = False
 
 
 @dataclass
@@ -161,6 +176,17 @@ class VllmEngine:
         self.tokenizer = tokenizer
         self.config = config
         self.eos = wire.EngineEos.from_ids(tokenizer.eos_token_ids)
+        self._routing = (
+            VllmRouting(
+                config.routing,
+                config.kv_events,
+                events_host=config.kv_events_host,
+            )
+            if config.routing is not None
+            else None
+        )
+        #: With ``retry_on_failure``: requests with no output yet, as submitted.
+        self._unstarted: dict[str, EngineRequest] = {}
         self._output: OutputCallback | None = None
         self._ctx: zmq.asyncio.Context | None = None
         self._input: zmq.asyncio.Socket | None = None
@@ -183,6 +209,8 @@ class VllmEngine:
         self._utility: dict[int, asyncio.Future[Any]] = {}
         self._call_ids = itertools.count(1)
         self._tasks: list[asyncio.Task[None]] = []
+        #: Requests sent again after their engine died (``retry_on_failure``).
+        self.retried = 0
         self._alive = False
         self._closing = False
         self.dead_reason: str | None = None
@@ -248,6 +276,7 @@ class VllmEngine:
                 "alive": c.serving,
                 "in_flight": len(c.in_flight),
                 "kv_capacity_tokens": _kv_capacity(c.ready),
+                "max_num_seqs": c.ready.get("max_num_seqs"),
             }
             for c in self._cores
         ]
@@ -276,6 +305,8 @@ class VllmEngine:
         known = [x for x in lens if isinstance(x, int) and x > 0]
         self.max_model_len = min(known) if known else None
         self._alive = True
+        if self._routing is not None:
+            self._routing.start(self._ctx, self._cores)
         loop = asyncio.get_running_loop()
         self._tasks = [
             loop.create_task(self._read_outputs(), name="vllm-outputs"),
@@ -310,6 +341,8 @@ class VllmEngine:
         if self._handshake_sock is not None:
             self._handshake_sock.close(linger=0)
             self._handshake_sock = None
+        if self._routing is not None:
+            await self._routing.close()
         if self.config.launcher is not None:
             await asyncio.to_thread(self.config.launcher.stop)
         if self._ctx is not None:
@@ -320,7 +353,6 @@ class VllmEngine:
         if not self._alive:
             raise QueueFullError(f"the engine is not running ({self.dead_reason or 'not started'})")
         check_vllm_params(request)
-        rid = request.rid
         p = request.params
         if p.max_new_tokens == 0 and p.prompt_logprobs is None:
             self._finish_locally(request)
@@ -335,7 +367,24 @@ class VllmEngine:
                     param="data_parallel_rank",
                 )
         else:
-            core = min((c for c in self._cores if c.serving), key=lambda c: len(c.in_flight))
+            core = self._pick(request)
+        self._send_add(core, request, retry=self.config.retry_on_failure)
+
+    def _pick(self, request: EngineRequest) -> _Core:
+        """The engine in rotation that takes ``request``."""
+        serving = [c for c in self._cores if c.serving]
+        if not serving:
+            raise QueueFullError(f"no engine is in rotation ({self.dead_reason or 'none ready'})")
+        if self._routing is None or len(serving) == 1:
+            return min(serving, key=lambda c: len(c.in_flight))
+        rank = self._routing.pick(request, [(c.rank, len(c.in_flight)) for c in serving])
+        return self._by_rank[rank]
+
+    def _send_add(self, core: _Core, request: EngineRequest, *, retry: bool = False) -> None:
+        """Send ``request`` to ``core`` and keep what its outputs are read with (``retry``:
+        until its first output, it may go to another engine should this one die)."""
+        rid = request.rid
+        p = request.params
         sampling = wire.sampling_params_map(
             request.params, len(request.prompt_ids), self.max_model_len, self.eos
         )
@@ -368,6 +417,8 @@ class VllmEngine:
         if p.logprobs is not None or p.prompt_logprobs is not None:
             lp = p.logprobs if p.logprobs is not None else -1
             self._logprobs[rid] = (lp, p.prompt_logprobs if p.prompt_logprobs is not None else -1)
+        if retry:
+            self._unstarted[rid] = request
 
     async def _learn_supported_tasks(self) -> None:
         """Ask the first engine which tasks it runs (what vLLM's frontend asks at startup)."""
@@ -789,6 +840,8 @@ class VllmEngine:
         core.ready = ready
         core.alive = core.healthy = True
         core.heard = time.monotonic()
+        if self._routing is not None:
+            self._routing.back(core.rank, ready)
         log.info("vLLM engine rank %d is back", core.rank)
         self._refresh_alive()
 
@@ -885,15 +938,40 @@ class VllmEngine:
         core.alive = False
         log.error("vLLM engine rank %d is gone: %s", core.rank, reason)
         rids = list(core.in_flight)
+        unstarted = self._unstarted
+        retry = {rid: unstarted[rid] for rid in rids if rid in unstarted}
         for rid in rids:
             self._forget(rid)
         if core.rank in self.scheduler_stats:  # its gauges go to 0
             self._stats_decoded[core.rank] = dict(_GONE_STATS)
             self.scheduler_stats_at[core.rank] = time.monotonic()
+        if self._routing is not None:
+            self._routing.gone(core.rank)
         self._refresh_alive(reason)
         if self._output is not None:
             for rid in rids:
+                request = retry.get(rid)
+                if request is not None and self._retry(request, core):
+                    continue
                 self._output(encode_error_frame(rid, f"the engine died: {reason}"))
+
+    def _retry(self, request: EngineRequest, dead: _Core) -> bool:
+        """Send a request whose engine died before its first output to another (once)."""
+        if not self._alive or request.data_parallel_rank is not None:
+            return False
+        try:
+            core = self._pick(request)
+            self._send_add(core, request)
+        except (QueueFullError, ValidationError):
+            return False
+        self.retried += 1
+        log.warning(
+            "request %s: engine rank %d died before its first output; sent to rank %d",
+            request.rid,
+            dead.rank,
+            core.rank,
+        )
+        return True
 
     def _forget(self, rid: str) -> _Core | None:
         core = self._owner.pop(rid, None)
@@ -903,13 +981,17 @@ class VllmEngine:
             del self._max_tokens[rid]
             self._logprobs.pop(rid, None)
             self._pooling.discard(rid)
+            if self._unstarted:
+                self._unstarted.pop(rid, None)
             if self._cached:
                 self._cached.pop(rid, None)
         return core
 
     def _prefilled(self, rid: str, stats: Any) -> int:
-        """A request's prefill stats (its first output): its cached tokens kept; the prompt
-        tokens the engine computed returned."""
+        """A request's prefill stats (its first output): it has started, its cached tokens
+        kept; the prompt tokens the engine computed returned."""
+        if self._unstarted:
+            self._unstarted.pop(rid, None)
         if not isinstance(stats, dict):
             return 0
         cached = stats.get("num_cached_tokens")
@@ -929,6 +1011,26 @@ class VllmEngine:
         for stats in self.rank_stats.values():
             stats.fold(wire.decode_scheduler_stats)
         return self.rank_stats
+
+    @property
+    def routing_decisions(self) -> dict[str, int] | None:
+        """Prefix routing's choices so far (None: no router)."""
+        return self._routing.router.decisions if self._routing is not None else None
+
+    @property
+    def kv_event_batches(self) -> dict[int, int] | None:
+        """KV-cache event batches received per engine rank (None: not subscribed)."""
+        routing = self._routing
+        if routing is None or routing.subscriber is None:
+            return None
+        return dict(routing.subscriber.batches)
+
+    @property
+    def max_loras(self) -> int | None:
+        """Adapters each engine holds at once (its ready response's ``max_loras``)."""
+        values = [c.ready.get("max_loras") for c in self._cores]
+        known = [v for v in values if isinstance(v, int)]
+        return min(known) if known else None
 
     @property
     def supports_lora(self) -> bool:

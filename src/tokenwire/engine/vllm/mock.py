@@ -14,15 +14,27 @@ report them. Utility calls get a GPU engine's answers (no LoRA, no sleep mode). 
 can drive it: tokenwire's own, stock ``vllm serve`` waiting for a remote engine, or SGLang's Rust
 gateway (whose decoder refuses messages missing any of these fields), so all are measured over
 the same engine with no GPU.
+
+It models vLLM's prefix cache (``mock_cache.BlockPool``: blocks of ``--block-size`` tokens keyed by
+vLLM's own hashes, LRU eviction, ``num_cached_tokens`` in a request's prefill stats and the
+step's prefix-cache stats) and, with ``--kv-events-config``, publishes its KV-cache events as
+vLLM's engine does (``kv_events``), replay endpoint included. A prompt's uncached tokens cost
+``prefill_time`` seconds each before its first token, one prompt after the other (prefill is
+compute-bound), so a cache hit shortens its time to first token and everyone's queue.
+``--enable-lora`` answers the LoRA utility calls and counts adapters in the scheduler stats;
+``--scheduling-policy priority`` serves requests lowest ``priority`` first.
 """
 
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
+import json
 import logging
 import signal
 import time
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -34,6 +46,16 @@ from tokenwire.engine.pooling import Pooled, PoolingRequest
 from tokenwire.engine.synthetic import SyntheticConfig, SyntheticEngine
 from tokenwire.engine.synthetic_pooling import SYNTHETIC_POOLING_TASKS
 from tokenwire.engine.vllm import protocol as wire
+from tokenwire.engine.vllm.block_hash import BlockHasher
+from tokenwire.engine.vllm.kv_events import (
+    END_SEQ,
+    KVEventBatch,
+    KvEventsConfig,
+    encode_batch,
+    offset_endpoint,
+    publisher_binds,
+)
+from tokenwire.engine.vllm.mock_cache import BlockPool, CachedRequest
 from tokenwire.engine.vllm.pooling import decode_pooling_params
 from tokenwire.messages.errors import CodecError
 from tokenwire.messages.frames import (
@@ -42,9 +64,10 @@ from tokenwire.messages.frames import (
     decode_batch_frame,
     decode_error_frame,
 )
+from tokenwire.messages.sampling import SamplingParams
 from tokenwire.tokenizer import Tokenizer
 
-__all__ = ["MockEngine"]
+__all__ = ["MockCacheConfig", "MockEngine"]
 
 log = logging.getLogger("tokenwire.mock_engine")
 
@@ -83,32 +106,76 @@ RUNNER_TASKS = {
 }
 
 
+@dataclass
+class MockCacheConfig:
+    """How the mock engine models vLLM's KV cache, prefill and adapters (vLLM's flag names)."""
+
+    #: ``--block-size``: tokens per KV cache block.
+    block_size: int = BLOCK_SIZE
+    #: ``--num-gpu-blocks-override``: KV cache blocks (None: room for a full batch at the
+    #: longest context).
+    num_gpu_blocks: int | None = None
+    #: ``--enable-prefix-caching`` (vLLM's default).
+    prefix_caching: bool = True
+    #: ``--prefix-caching-hash-algo``.
+    hash_algo: str = "sha256"
+    #: ``--kv-events-config``: publish KV-cache events (None: not).
+    kv_events: KvEventsConfig | None = None
+    #: Seconds of prefill per uncached prompt token (0: none).
+    prefill_time: float = 0.0
+    #: ``--enable-lora`` and ``--max-loras``.
+    enable_lora: bool = False
+    max_loras: int = 1
+    #: ``--scheduling-policy``: ``fcfs`` or ``priority``.
+    scheduling_policy: str = "fcfs"
+
+
 class _Req:
     """What the mock keeps of one request in flight."""
 
     __slots__ = (
-        "blocks",
+        "add",
+        "cache",
         "client",
         "eos",
         "first",
         "logprobs",
+        "params",
+        "priority",
         "prompt_len",
         "prompt_logprobs",
         "queued",
-        "tokens",
+        "running",
+        "timer",
     )
 
-    def __init__(self, add: wire.AddRequest) -> None:
+    def __init__(self, add: wire.AddRequest, params: SamplingParams | None = None) -> None:
         sp = add.sampling
+        self.add = add
+        self.params = params
         self.client = add.client_index
+        self.priority = add.priority
         self.eos: int | None = sp.get("_eos_token_id")
         self.prompt_len = len(add.prompt_ids)
         self.logprobs: int | None = sp.get("logprobs")
         self.prompt_logprobs: int | None = sp.get("prompt_logprobs")
         self.queued = time.monotonic()
         self.first = True
-        self.tokens = self.prompt_len
-        self.blocks = 0
+        #: Scheduled (its blocks taken, prefilling or decoding), not waiting.
+        self.running = False
+        self.timer: asyncio.TimerHandle | None = None
+        lora = add.lora
+        self.cache = CachedRequest(
+            add.rid,
+            list(add.prompt_ids),
+            (str(lora[0]), int(lora[1]), str(lora[2])) if lora else None,
+            add.cache_salt,
+            add.session_id,
+        )
+
+    @property
+    def lora_name(self) -> str | None:
+        return self.cache.lora[0] if self.cache.lora is not None else None
 
 
 class MockEngine:
@@ -123,6 +190,7 @@ class MockEngine:
         rank: int = 0,
         max_model_len: int | None = None,
         runner: str = "generate",
+        cache: MockCacheConfig | None = None,
     ) -> None:
         self.tokenizer = tokenizer
         self.synthetic = SyntheticEngine(tokenizer, config)
@@ -133,47 +201,162 @@ class MockEngine:
         self.identity = wire.engine_identity(rank)
         self.max_model_len = max_model_len or tokenizer.max_model_len or 4096
         self.max_batch_size = config.max_batch_size
-        #: KV cache blocks: room for a full batch at the longest context.
-        self.num_blocks = max(1, -(-self.max_model_len // BLOCK_SIZE) * self.max_batch_size)
-        self._blocks_used = 0
+        self.cache_config = cc = cache or MockCacheConfig()
+        if cc.scheduling_policy not in ("fcfs", "priority"):
+            raise ValueError(
+                f"scheduling policy must be fcfs or priority, got {cc.scheduling_policy!r}"
+            )
+        self.block_size = cc.block_size
+        #: KV cache blocks: room for a full batch at the longest context, unless overridden.
+        self.num_blocks = cc.num_gpu_blocks or max(
+            2, -(-self.max_model_len // cc.block_size) * self.max_batch_size
+        )
+        self.kv_events = cc.kv_events if cc.kv_events is not None and cc.kv_events.enabled else None
+        hasher = BlockHasher(cc.block_size, cc.hash_algo) if cc.prefix_caching else None
+        self.pool = BlockPool(
+            self.num_blocks,
+            cc.block_size,
+            hasher,
+            caching=cc.prefix_caching,
+            events=self.kv_events is not None,
+        )
         self._ctx: zmq.asyncio.Context | None = None
         self._inputs: list[zmq.asyncio.Socket] = []
         self._outputs: list[zmq.Socket] = []
         self._reqs: dict[str, _Req] = {}
+        #: Requests waiting for blocks (in arrival, or with the priority policy priority, order).
+        self._pending: list[_Req] = []
+        #: When the prompt being prefilled last is done (monotonic seconds).
+        self._prefill_free_at = 0.0
         self._prefix_reset = False
-        self.stats = {"added": 0, "aborted": 0}
+        #: Prefix-cache stats of the requests first scheduled since the last stats message.
+        self._prefix = [0, 0, 0]
+        self._loras: dict[int, str] = {}
+        self._pub: zmq.Socket | None = None
+        self._replay: zmq.asyncio.Socket | None = None
+        self._seq = 0
+        self._published: collections.deque[tuple[int, bytes]] = collections.deque(
+            maxlen=dict(self.kv_events.extra).get("buffer_steps", 10_000) if self.kv_events else 1
+        )
+        #: Requests added and aborted; prefix-cache lookups: requests, prompt tokens, tokens
+        #: found cached (totals, as vLLM's counters sum its steps' stats).
+        self.stats = {"added": 0, "aborted": 0, "requests": 0, "queries": 0, "hits": 0}
 
     async def run(self, *, ready: asyncio.Event | None = None) -> None:
         """Handshake, then serve until cancelled."""
         self._ctx = zmq.asyncio.Context()
         try:
+            self._start_publisher()
             await self._handshake()
             await self.synthetic.start(self._on_frame)
             if ready is not None:
                 ready.set()
-            await asyncio.gather(*(self._serve_input(s, i) for i, s in enumerate(self._inputs)))
+            serving = [self._serve_input(s, i) for i, s in enumerate(self._inputs)]
+            if self._replay is not None:
+                serving.append(self._serve_replay())
+            await asyncio.gather(*serving)
         finally:
             await self.synthetic.close()
+            for req in self._reqs.values():
+                if req.timer is not None:
+                    req.timer.cancel()
             # The output sockets come from a shadow of the context: ``destroy`` does not know
             # them, and ``term`` would wait for them forever.
             for sock in self._outputs:
                 sock.close(linger=0)
+            if self._pub is not None:
+                self._pub.close(linger=0)
             self._ctx.destroy(linger=0)
 
     def ready_response(self) -> bytes:
         """This engine's ``EngineCoreReadyResponse``."""
-        tokens = self.num_blocks * BLOCK_SIZE
+        tokens = self.num_blocks * self.block_size
         return wire.encode_ready_response(
             max_model_len=self.max_model_len,
             data_parallel_rank=self.rank,
             max_num_seqs=self.max_batch_size,
             num_gpu_blocks=self.num_blocks,
-            block_size=BLOCK_SIZE,
+            block_size=self.block_size,
             kv_cache_size_tokens=tokens,
             kv_cache_max_concurrency=tokens / self.max_model_len,
-            effective_attention_block_size=BLOCK_SIZE,
+            effective_attention_block_size=self.block_size,
             instance_id=str(id(self)),
+            kv_events_config=self._publisher_config(),
+            supports_lora=self.cache_config.enable_lora,
+            max_loras=self.cache_config.max_loras if self.cache_config.enable_lora else 0,
         )
+
+    # ---- KV-cache events ---------------------------------------------------------------------
+
+    def _publisher_config(self) -> dict[str, Any] | None:
+        """The publisher's resolved configuration, as vLLM's ready response gives it."""
+        cfg = self.kv_events
+        if cfg is None:
+            return None
+        extra = dict(cfg.extra)
+        return {
+            "enable_kv_cache_events": True,
+            "publisher": "zmq",
+            "endpoint": offset_endpoint(cfg.endpoint, self.rank),
+            "replay_endpoint": offset_endpoint(cfg.replay_endpoint, self.rank),
+            "buffer_steps": extra.get("buffer_steps", 10_000),
+            "hwm": extra.get("hwm", 100_000),
+            "max_queue_size": extra.get("max_queue_size", 100_000),
+            "topic": cfg.topic,
+        }
+
+    def _start_publisher(self) -> None:
+        cfg = self.kv_events
+        if cfg is None:
+            return
+        assert self._ctx is not None
+        endpoint = offset_endpoint(cfg.endpoint, self.rank)
+        assert endpoint is not None
+        sync_ctx = zmq.Context.shadow(self._ctx.underlying)
+        self._pub = sync_ctx.socket(zmq.PUB)
+        self._pub.setsockopt(zmq.SNDHWM, dict(cfg.extra).get("hwm", 100_000))
+        if publisher_binds(endpoint):
+            self._pub.bind(endpoint)
+        else:
+            self._pub.connect(endpoint)
+        replay = offset_endpoint(cfg.replay_endpoint, self.rank)
+        if replay is not None:
+            self._replay = self._ctx.socket(zmq.ROUTER)
+            self._replay.setsockopt(zmq.LINGER, 0)
+            self._replay.bind(replay)
+
+    def _publish(self) -> None:
+        """This step's KV-cache events, as one batch."""
+        if self._pub is None:
+            return
+        events = self.pool.take_events()
+        if not events:
+            return
+        assert self.kv_events is not None
+        payload = encode_batch(KVEventBatch(time.time(), events, self.rank))
+        seq = self._seq
+        self._seq += 1
+        self._pub.send_multipart((self.kv_events.topic.encode(), seq.to_bytes(8, "big"), payload))
+        self._published.append((seq, payload))
+
+    async def _serve_replay(self) -> None:
+        """Answer replay requests with the batches still held from the asked sequence on."""
+        assert self._replay is not None and self.kv_events is not None
+        topic = self.kv_events.topic.encode()
+        while True:
+            frames = await self._replay.recv_multipart()
+            if len(frames) != 3:
+                continue
+            client, _, start = frames
+            first = int.from_bytes(start, "big")
+            for seq, payload in list(self._published):
+                if seq >= first:
+                    await self._replay.send_multipart(
+                        (client, b"", topic, seq.to_bytes(8, "big"), payload)
+                    )
+            await self._replay.send_multipart((client, b"", b"", END_SEQ, b""))
+
+    # ---- the protocol ------------------------------------------------------------------------
 
     async def _handshake(self) -> None:
         assert self._ctx is not None
@@ -231,13 +414,67 @@ class MockEngine:
             self._add_pooling(add)
             return
         params = wire.sampling_params_from_map(add.sampling)
-        req = _Req(add)
+        req = _Req(add, params)
         if req.eos is not None and not params.ignore_eos:
             # vLLM's engine stops on the EOS id its frontend names (stop reason nil).
             params.stop_token_ids = [*(params.stop_token_ids or []), req.eos]
         self._reqs[add.rid] = req
         self.stats["added"] += 1
-        self.synthetic.submit(EngineRequest(add.rid, add.prompt_ids, params))
+        self.pool.prompt_hashes(req.cache)
+        if self.cache_config.scheduling_policy == "priority":
+            # (lowest priority first, then arrival: after every waiting request as urgent)
+            at = len(self._pending)
+            while at and self._pending[at - 1].priority > req.priority:
+                at -= 1
+            self._pending.insert(at, req)
+        else:
+            self._pending.append(req)
+        self._schedule()
+
+    def _schedule(self) -> None:
+        """Give waiting requests their blocks, in order, while there are enough; each then
+        prefills (its uncached tokens' time, after the prompts before it) and decodes."""
+        pending = self._pending
+        while pending:
+            req = pending[0]
+            # (vLLM's scheduler does not look a request up in its prefix cache when it asks
+            # for prompt logprobs.)
+            if not self.pool.admit(req.cache, read_cache=req.prompt_logprobs is None):
+                break
+            pending.pop(0)
+            req.running = True
+            uncached = req.prompt_len - req.cache.cached_tokens
+            delay = uncached * self.cache_config.prefill_time
+            if delay <= 0:
+                self._start(req)
+                continue
+            loop = asyncio.get_running_loop()
+            start = max(loop.time(), self._prefill_free_at)
+            self._prefill_free_at = start + delay
+            req.timer = loop.call_at(self._prefill_free_at, self._start, req)
+
+    def _start(self, req: _Req) -> None:
+        """A request's prompt is computed: its blocks are cached, and it decodes."""
+        req.timer = None
+        if self._reqs.get(req.add.rid) is not req:
+            return
+        self.pool.computed(req.cache, req.prompt_len)
+        self._publish()
+        priority = req.priority if self.cache_config.scheduling_policy == "priority" else 0
+        self.synthetic.submit(
+            EngineRequest(req.add.rid, req.add.prompt_ids, req.params, priority=priority)
+        )
+
+    def _release(self, req: _Req) -> None:
+        """A request is over: its blocks go back (waiting requests may now have theirs)."""
+        if req.timer is not None:
+            req.timer.cancel()
+            req.timer = None
+        if req.running:
+            self.pool.free(req.cache)
+            req.running = False
+        elif req in self._pending:
+            self._pending.remove(req)
 
     def _add_pooling(self, add: wire.AddRequest) -> None:
         """A pooling request: answered by the synthetic engine's next step (or, for a task the
@@ -289,27 +526,54 @@ class MockEngine:
         req = self._reqs.pop(rid, None)
         if req is None:
             return False
-        self._blocks_used -= req.blocks
+        self._release(req)
         self.stats["aborted"] += 1
         self.synthetic.abort(rid)
+        self._schedule()
+        self._publish()
         return True
 
     def _idle(self) -> bool:
-        return not self.synthetic.running and not self.synthetic.waiting
+        return not self.synthetic.running and not self.synthetic.waiting and not self._reqs
 
     def _utility(self, payload: bytes) -> None:
-        client_index, call_id, method, _args = wire._decode_any(payload)
-        result = _UTILITY_RESULTS.get(method, _Failed(_no_method(method)))
+        client_index, call_id, method, args = wire._decode_any(payload)
+        result = self._lora_call(method, args) if self.cache_config.enable_lora else None
+        if result is None:
+            result = _UTILITY_RESULTS.get(method, _Failed(_no_method(method)))
         if method == "get_supported_tasks":
             result = list(self.supported_tasks)
+        if method == "reset_prefix_cache":
+            # (its AllBlocksCleared event goes out with the next step's, as vLLM's does)
+            result = self.pool.reset()
+            self._prefix_reset = self._prefix_reset or result
         if isinstance(result, _Failed):
             out = wire.UtilityOutput(call_id, str(result), None)
         else:
             out = wire.UtilityOutput(call_id, None, [None, result])
-            if method == "reset_prefix_cache":
-                self._prefix_reset = True
         msg = wire.StepOutputs(self.rank, [], None, time.monotonic(), out)
         self._send(client_index, msg)
+
+    def _lora_call(self, method: str, args: list[Any]) -> Any:
+        """The LoRA utility calls of an engine started with ``--enable-lora`` (None: not one)."""
+        if method == "add_lora" and args and isinstance(args[0], list):
+            name, lora_id = args[0][0], args[0][1]
+            if lora_id not in self._loras and len(self._loras) >= max(self.max_cpu_loras, 1):
+                self._loras.pop(next(iter(self._loras)))
+            self._loras[int(lora_id)] = str(name)
+            return True
+        if method == "remove_lora" and args:
+            return self._loras.pop(int(args[0]), None) is not None
+        if method == "pin_lora" and args:
+            return int(args[0]) in self._loras
+        if method == "list_loras":
+            return sorted(self._loras)
+        return None
+
+    @property
+    def max_cpu_loras(self) -> int:
+        """Adapters kept loaded (vLLM's ``--max-cpu-loras`` defaults to ``--max-loras``)."""
+        return self.cache_config.max_loras
 
     def _send(self, client: int, msg: wire.StepOutputs, aux: list[bytes] | None = None) -> None:
         if aux:
@@ -317,24 +581,41 @@ class MockEngine:
         else:
             self._outputs[client].send(wire.encode_outputs(msg), copy=False)
 
+    def _lora_counts(self) -> tuple[dict[str, int], dict[str, int]]:
+        """Requests per adapter: running, waiting (vLLM's scheduler stats)."""
+        running: dict[str, int] = {}
+        waiting: dict[str, int] = {}
+        for req in self._reqs.values():
+            name = req.lora_name
+            if name is not None:
+                into = running if req.running else waiting
+                into[name] = into.get(name, 0) + 1
+        return running, waiting
+
     def _message(
         self,
         outputs: list[wire.StepOutput],
         *,
         stats: bool,
-        prefix: tuple[int, int] = (0, 0),
         now: float | None = None,
     ) -> wire.StepOutputs:
         scheduler_stats = None
         if stats:
+            requests, queries, hits = self._prefix
+            running, waiting = self._lora_counts() if self.cache_config.enable_lora else ({}, {})
+            prefilling = sum(1 for r in self._reqs.values() if r.timer is not None)
             scheduler_stats = wire.scheduler_stats_map(
-                self.synthetic.running,
-                self.synthetic.waiting,
-                self._blocks_used / self.num_blocks,
-                prefix_requests=prefix[0],
-                prefix_queries=prefix[1],
+                self.synthetic.running + prefilling,
+                self.synthetic.waiting + len(self._pending),
+                self.pool.usage,
+                prefix_requests=requests,
+                prefix_queries=queries,
+                prefix_hits=hits,
                 prefix_reset=self._prefix_reset,
+                running_lora_adapters=running,
+                waiting_lora_adapters=waiting,
             )
+            self._prefix = [0, 0, 0]
             self._prefix_reset = False
         return wire.StepOutputs(
             self.rank,
@@ -353,14 +634,14 @@ class MockEngine:
         rows: dict[int, list[wire.StepOutput]] = {}
         aux: dict[int, list[bytes]] = {}
         reqs = self._reqs
+        pool = self.pool
         finished = False
-        new_reqs = new_tokens = 0
         if frame[0] == EGRESS_TAG_ERROR:
             rid, _message = decode_error_frame(frame)
             req = reqs.pop(rid, None)
             if req is not None:
                 finished = True
-                self._blocks_used -= req.blocks
+                self._release(req)
                 out = wire.StepOutput(rid, [], finish_reason=wire.FINISH_ERROR)
                 rows.setdefault(req.client, []).append(out)
         elif frame[0] == EGRESS_TAG_BATCH:
@@ -377,30 +658,35 @@ class MockEngine:
                 if req is None:
                     continue
                 out = wire.StepOutput(rid, new)
+                cached = req.cache
                 if req.first:
                     req.first = False
                     if req.prompt_logprobs is None:
-                        # (vLLM's scheduler does not look a request up in its prefix cache
-                        # when it asks for prompt logprobs.)
-                        new_reqs += 1
-                        new_tokens += req.prompt_len
+                        prefix = self._prefix
+                        prefix[0] += 1
+                        prefix[1] += req.prompt_len
+                        prefix[2] += cached.cached_tokens
+                        stats = self.stats
+                        stats["requests"] += 1
+                        stats["queries"] += req.prompt_len
+                        stats["hits"] += cached.cached_tokens
                     out.events = [
                         {"type": wire.EVENT_QUEUED, "timestamp": req.queued},
                         {"type": wire.EVENT_SCHEDULED, "timestamp": now},
                     ]
-                    out.prefill_stats = wire.prefill_stats_map(req.prompt_len)
+                    out.prefill_stats = wire.prefill_stats_map(req.prompt_len, cached.cached_tokens)
                 if extras:
                     got = decoded.extras_at(i)
                     if got:
                         _logprobs(out, req, got, aux.setdefault(req.client, []))
-                req.tokens += n
-                blocks = -(-req.tokens // BLOCK_SIZE)
-                self._blocks_used += blocks - req.blocks
-                req.blocks = blocks
+                cached.tokens.extend(new)
+                pool.grow(cached, len(cached.tokens))
+                # (the newest token's KV is computed by the next step)
+                pool.computed(cached, len(cached.tokens) - 1)
                 if fin is not None:
                     del reqs[rid]
                     finished = True
-                    self._blocks_used -= req.blocks
+                    self._release(req)
                     if fin.kind == "stop":
                         out.finish_reason = wire.FINISH_STOP
                         matched = fin.matched()
@@ -410,11 +696,14 @@ class MockEngine:
                     else:
                         out.finish_reason = wire.FINISH_ABORT
                 rows.setdefault(req.client, []).append(out)
+        if finished:
+            self._schedule()
+        self._publish()
         # As vLLM's scheduler does: the step's stats ride with one frontend's outputs only (the
         # first's), or alone to frontend 0 when the step has none.
         stats = True
         for client, outs in rows.items() or [(0, [])]:
-            msg = self._message(outs, stats=stats, prefix=(new_reqs, new_tokens), now=now)
+            msg = self._message(outs, stats=stats, now=now)
             self._send(client, msg, aux.get(client))
             stats = False
         if finished and self._idle():
@@ -474,10 +763,19 @@ def run_mock_engine(
     rank: int = 0,
     max_model_len: int | None = None,
     runner: str = "generate",
+    cache: MockCacheConfig | None = None,
+    stats_file: str | None = None,
 ) -> None:
-    """Run one mock engine until SIGTERM or SIGINT (the ``tokenwire mock-engine`` command)."""
+    """Run one mock engine until SIGTERM or SIGINT (the ``tokenwire mock-engine`` command);
+    then write its counters (``MockEngine.stats``) to ``stats_file`` as JSON, if given."""
     engine = MockEngine(
-        tokenizer, config, handshake_address, rank=rank, max_model_len=max_model_len, runner=runner
+        tokenizer,
+        config,
+        handshake_address,
+        rank=rank,
+        max_model_len=max_model_len,
+        runner=runner,
+        cache=cache,
     )
 
     async def main() -> None:
@@ -489,3 +787,6 @@ def run_mock_engine(
             await task
 
     asyncio.run(main())
+    if stats_file:
+        with open(stats_file, "w", encoding="utf-8") as f:
+            json.dump(engine.stats, f)

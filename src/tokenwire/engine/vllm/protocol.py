@@ -387,6 +387,10 @@ class AddRequest:
     priority: int = 0
     #: A pooling request's ``PoolingParams`` array (``sampling`` is then empty).
     pooling: list[Any] | None = None
+    #: The ``LoRARequest`` (name, id, path), the prefix cache's salt, the session.
+    lora: list[Any] | None = None
+    cache_salt: str | None = None
+    session_id: str | None = None
 
 
 def decode_add(payload: bytes) -> AddRequest:
@@ -404,7 +408,12 @@ def decode_add(payload: bytes) -> AddRequest:
         raise CodecError("ADD with neither sampling params nor pooling params")
     client_index = msg[11] if len(msg) > 11 and isinstance(msg[11], int) else 0
     priority = msg[13] if len(msg) > 13 and isinstance(msg[13], int) else 0
-    return AddRequest(msg[0], list(prompt), sampling or {}, client_index, priority, pooling)
+    lora = msg[6] if isinstance(msg[6], list) and len(msg[6]) >= 3 else None
+    salt = msg[7] if isinstance(msg[7], str) else None
+    session = msg[20] if len(msg) > 20 and isinstance(msg[20], str) else None
+    return AddRequest(
+        msg[0], list(prompt), sampling or {}, client_index, priority, pooling, lora, salt, session
+    )
 
 
 def sampling_params_from_map(sp: dict[str, Any]) -> SamplingParams:
@@ -946,6 +955,8 @@ def scheduler_stats_map(
     prefix_queries: int = 0,
     prefix_hits: int = 0,
     prefix_reset: bool = False,
+    running_lora_adapters: dict[str, int] | None = None,
+    waiting_lora_adapters: dict[str, int] | None = None,
 ) -> dict[str, Any]:
     """``SchedulerStats`` as vLLM 0.32's engine writes it: every field, and the prefix-cache
     stats of the requests first scheduled in the step (``reset`` after ``reset_prefix_cache``)."""
@@ -977,8 +988,8 @@ def scheduler_stats_map(
         "spec_decoding_stats": None,
         "kv_connector_stats": None,
         "ec_connector_stats": None,
-        "waiting_lora_adapters": {},
-        "running_lora_adapters": {},
+        "waiting_lora_adapters": waiting_lora_adapters or {},
+        "running_lora_adapters": running_lora_adapters or {},
         "cudagraph_stats": None,
         "perf_stats": None,
     }

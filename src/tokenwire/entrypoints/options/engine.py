@@ -15,7 +15,7 @@ from typing import Any
 from tokenwire.engine import Engine
 from tokenwire.engine.synthetic import SyntheticConfig
 from tokenwire.engine.synthetic_pooling import DEFAULT_EMBEDDING_DIM, SyntheticPooler
-from tokenwire.entrypoints.options import adapters
+from tokenwire.entrypoints.options import adapters, fleet
 from tokenwire.pooling.tasks import PoolingModel
 from tokenwire.tokenizer import Tokenizer
 
@@ -249,6 +249,7 @@ def mock_engine_args(args: argparse.Namespace) -> list[str]:
         out += ["--tokenizer", args.tokenizer]
     if args.max_model_len is not None:
         out += ["--max-model-len", str(args.max_model_len)]
+    out += fleet.engine_args(args, mock=True)
     return out
 
 
@@ -282,6 +283,7 @@ def vllm_engines(args: argparse.Namespace) -> tuple[str, Any]:
         from tokenwire.entrypoints.options.media import vllm_media_args
 
         extra += vllm_media_args(args, extra)
+    extra += fleet.engine_args(args, given=extra)
     launcher = VllmLauncher(
         args.model,
         port=port,
@@ -313,6 +315,7 @@ def vllm_engine(
                 ready_timeout=args.engine_start_timeout,
                 stall_timeout=args.engine_stall_timeout or None,
                 should_stop=should_stop,
+                **fleet.engine_config(args),
             ),
         )
     address, launcher = vllm_engines(args)
@@ -331,5 +334,6 @@ def vllm_engine(
             progress=progress,
             # SIGTERM/SIGINT while the engines start (minutes) stop the startup at once.
             should_stop=should_stop,
+            **fleet.engine_config(args),
         ),
     )

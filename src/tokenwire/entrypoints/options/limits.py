@@ -18,8 +18,8 @@ def add_arguments(serve: argparse.ArgumentParser) -> None:
         "--max-concurrent-requests",
         type=int,
         default=1024,
-        help="engine requests in flight (each choice counts) before new ones get 429 "
-        "(default: %(default)s)",
+        help="engine requests in flight (each choice counts); past it new ones wait for a "
+        "place (--max-waiting-requests), then get 429 (default: %(default)s)",
     )
     serve.add_argument(
         "--max-stop-str-len",

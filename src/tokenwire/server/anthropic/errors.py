@@ -52,4 +52,7 @@ def _stream_end(err: TokenwireError) -> bytes:
 
 
 #: Anthropic's: the error body, and in a stream an ``error`` event carrying it.
-ANTHROPIC_ERRORS = ErrorDialect(anthropic_error, _stream_end)
+#: (a silent stream gets Anthropic's ``ping`` event, which its clients expect and skip)
+ANTHROPIC_ERRORS = ErrorDialect(
+    anthropic_error, _stream_end, b'event: ping\ndata: {"type": "ping"}\n\n'
+)

@@ -142,7 +142,7 @@ class _Run:
                 await emit(events.start())
             await self.rt.prepare_media(plan)  # (image blocks: processed in the media workers)
             await self.rt.check_grammar(plan, client_key(current_scope.get()))
-            self.subs = self.rt.submit(plan)
+            self.subs = await self.rt.admit(plan)  # (each round waits in the queue)
             output = SplitOutput(plan, self.rt.tokenizer)
             whole = SplitOutput(plan, self.rt.tokenizer)
             texts, ids = [], []

@@ -117,7 +117,7 @@ async def beam_search(rt: Runtime, plan: Plan) -> Gathered | tuple[int, Any]:
                 cache_salt=plan.cache_salt,
                 data_parallel_rank=plan.data_parallel_rank,
             )
-            got = await gather(rt, rt.submit(sub))
+            got = await gather(rt, await rt.admit(sub))  # (each step waits in the queue)
             if not isinstance(got, Gathered):
                 return got
             candidates: list[tuple[float, int, _Beam, tuple[int, float, list]]] = []

@@ -352,7 +352,7 @@ class Agent:
             await self.rt.prepare_media(plan)  # (input_image: processed in the media workers)
             await self.rt.check_grammar(plan, self.client)
             start = len(self.events.items)
-            self.subs = self.rt.submit(plan)
+            self.subs = await self.rt.admit(plan)  # (each round waits in the queue)
             done, _ = await self._generate(plan, emit)
             self.subs = []
             status, incomplete = status_of(done.finish_reason)

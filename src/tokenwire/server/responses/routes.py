@@ -21,9 +21,10 @@ from tokenwire.messages.errors import (
     ValidationError,
 )
 from tokenwire.runtime import Plan, Runtime
+from tokenwire.server import admit as gate
 from tokenwire.server import limits
 from tokenwire.server.as_chat import SplitOutput, parse_as_chat
-from tokenwire.server.errors import NotFound, error_body
+from tokenwire.server.errors import OPENAI_ERRORS, NotFound, error_body
 from tokenwire.server.guard import GENERIC_ERROR
 from tokenwire.server.http import current_scope, encode, respond, send_error, wait_disconnect
 from tokenwire.server.mcp import McpEndpoint, missing_sdk
@@ -296,11 +297,9 @@ async def create(app: App, receive: Any, send: Any) -> None:
             await state.check_size(req, running)
         if req.background:
             release = state.background.admit(owner)
-        subs: Subs = []
         if not req.mcp:
             await rt.prepare_media(plan)  # (input_image: processed in the media workers)
             await rt.check_grammar(plan, client_key(current_scope.get()))
-            subs = rt.submit(plan)
     except ClientDisconnected:
         if release is not None:
             release()
@@ -310,6 +309,16 @@ async def create(app: App, receive: Any, send: Any) -> None:
             release()
         await send_error(rt.metrics, send, err, ROUTE)
         return
+    admitted = None
+    subs: Subs = []
+    if not req.mcp:  # (an agent's rounds wait in the queue each in its turn)
+        # (its key's quotas and the waiting queue, as every generation route's)
+        admitted = await gate.admit(rt, plan, receive, send, ROUTE, OPENAI_ERRORS)
+        if admitted is None:
+            if release is not None:
+                release()
+            return
+        subs, send = admitted.subs, admitted.send
     req.store = req.store and state.keeps
     try:
         if req.store:
@@ -319,6 +328,12 @@ async def create(app: App, receive: Any, send: Any) -> None:
             rt.abort(rid, sink)
         if release is not None:
             release()
+        if admitted is not None:
+            gate.release(rt, admitted)
+            if admitted.started:  # (kept alive while it waited: its stream ends with the error)
+                body = OPENAI_ERRORS.stream_end(err)
+                await send({"type": "http.response.body", "body": body, "more_body": False})
+                return
         await send_error(rt.metrics, send, err, ROUTE)
         return
     if req.mcp:
@@ -326,21 +341,43 @@ async def create(app: App, receive: Any, send: Any) -> None:
         agent.events.extra = extra
         await _agent(app, agent, receive, send, release)
         return
+    assert admitted is not None
     if req.background:
+        admitted.gone.cancel()  # (nobody waits on it: its client may go)
         task = asyncio.ensure_future(_background(rt, plan, subs, req, state, owner, extra))
-        _track(state, req.id, task, lambda: rt.abort_requests(plan.id), release)
+        queued = admitted
+
+        def over() -> None:
+            gate.release(rt, queued)
+            if release is not None:
+                release()
+
+        _track(state, req.id, task, lambda: rt.abort_requests(plan.id), over)
         rt.metrics.requests.labels(ROUTE, "200").inc()
         await respond(send, 200, encode(running))
         return
     if plan.stream:
         streamer = ResponsesStreamer(rt, plan, subs, req, state, owner, extra)
-        await stream(rt, receive, send, streamer, ROUTE)
+        try:
+            await stream(
+                rt,
+                receive,
+                send,
+                streamer,
+                ROUTE,
+                gone=admitted.gone,
+                started=admitted.started,
+                keep_alive=admitted.keep_alive,
+            )
+        finally:
+            gate.release(rt, admitted)
         return
     ended = [False]
     try:
         work = _collect(rt, plan, subs, req, state, owner, extra, ended)
-        await collect(rt, receive, send, subs, work, ROUTE)
+        await collect(rt, receive, send, subs, work, ROUTE, gone=admitted.gone)
     finally:
+        gate.release(rt, admitted)
         _abandoned(state, req, owner, plan, ended[0])
 
 
