@@ -50,7 +50,8 @@ def _argv(port: int, path: str) -> list[str]:
         "--shutdown-timeout",
         "5",
         # (random weights fill a JSON grammar's whitespace for ever: a forced call without it)
-        '--vllm-arg=--structured-outputs-config={"backend": "guidance", "disable_any_whitespace": true}',
+        "--vllm-arg=--structured-outputs-config="
+        '{"backend": "guidance", "disable_any_whitespace": true}',
     ]
 
 
