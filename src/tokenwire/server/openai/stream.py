@@ -23,6 +23,8 @@ from tokenwire.server.streaming import Gathered, Streamer, Subs, count_finish, g
 
 __all__ = ["OpenAIStreamer", "choice_logprobs", "collect_openai"]
 
+_CONTENT = ("content",)
+
 
 async def collect_openai(
     rt: Runtime, plan: Plan, subs: Subs, eos: tuple[int, ...]
@@ -187,23 +189,28 @@ class OpenAIStreamer(Streamer):
                     texts.append(text)
                     count = tokens
             return writer.delta(0, "".join(texts), count) if texts else b""
-        choice = parsed[0]
-        parser = choice.parser
-        reasoning = self._reasoning_keys
-        out = []
-        for text, token_id, tokens in steps:
-            kind = parser.feed_plain(text, 1)
-            if kind == 2:
-                if text:
-                    out.append(writer.text_delta(0, ("content",), text, tokens))
-            elif kind == 1:
-                if text and reasoning:
-                    out.append(writer.text_delta(0, reasoning, text, tokens))
-            else:
-                delta = choice.delta(text, [token_id])
-                if delta:
-                    out.append(writer.chunk(0, delta_fields(delta), tokens))
-        return b"".join(out)
+        return b"".join(
+            [self._parsed_step(text, token_id, tokens) for text, token_id, tokens in steps]
+        )
+
+    def feed_step(self, text: str, token_id: int, tokens: int) -> bytes:
+        """``feed_steps`` for one step's chunk, the same bytes (``DirectStream.on_step``)."""
+        self.tracker.chunk()
+        if self.parsed is None:
+            return self.writer.delta(0, text, tokens) if text else b""
+        return self._parsed_step(text, token_id, tokens)
+
+    def _parsed_step(self, text: str, token_id: int, tokens: int) -> bytes:
+        """One step's chunk through the choice's parser (its fast path where it applies)."""
+        choice = self.parsed[0]  # type: ignore[index]
+        kind = choice.parser.feed_plain(text, 1)
+        if kind == 2:
+            return self.writer.text_delta(0, _CONTENT, text, tokens) if text else b""
+        if kind == 1:
+            reasoning = self._reasoning_keys
+            return self.writer.text_delta(0, reasoning, text, tokens) if text and reasoning else b""
+        delta = choice.delta(text, [token_id])
+        return self.writer.chunk(0, delta_fields(delta), tokens) if delta else b""
 
     def _extras(self, index: int, item: Any) -> tuple[str, dict[str, Any]]:
         """The echoed prompt (first chunk only) and the logprob fields of an item's chunk."""
