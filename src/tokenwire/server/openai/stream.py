@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import msgspec
+
 from tokenwire.messages.egress import Error, Frame
 from tokenwire.runtime import Plan, Runtime
 from tokenwire.server.http import SSE_DONE, sse
@@ -24,6 +26,7 @@ from tokenwire.server.streaming import Gathered, Streamer, Subs, count_finish, g
 __all__ = ["OpenAIStreamer", "choice_logprobs", "collect_openai"]
 
 _CONTENT = ("content",)
+_json = msgspec.json.Encoder()
 
 
 async def collect_openai(
@@ -169,6 +172,12 @@ class OpenAIStreamer(Streamer):
             and (self.parsed is None or not self.parsed[0].hold_reasoning)
         )
         self._reasoning_keys = tuple(plan.reasoning_fields)
+        # The one choice's chunk of a step's content, and of its reasoning, around the text's
+        # JSON (``ChunkWriter.text_frame``; None: ``text_delta`` writes it).
+        writer = self.writer
+        self._content_frame = writer.text_frame(0, _CONTENT if plan.route == "chat" else ())
+        keys = self._reasoning_keys
+        self._reasoning_frame = writer.text_frame(0, keys) if keys else None
 
     @property
     def takes_steps(self) -> bool:
@@ -197,7 +206,12 @@ class OpenAIStreamer(Streamer):
         """``feed_steps`` for one step's chunk, the same bytes (``DirectStream.on_step``)."""
         self.tracker.chunk()
         if self.parsed is None:
-            return self.writer.delta(0, text, tokens) if text else b""
+            if not text:
+                return b""
+            frame = self._content_frame
+            if frame is not None:
+                return frame[0] + _json.encode(text) + frame[1]
+            return self.writer.delta(0, text, tokens)
         return self._parsed_step(text, token_id, tokens)
 
     def _parsed_step(self, text: str, token_id: int, tokens: int) -> bytes:
@@ -205,10 +219,20 @@ class OpenAIStreamer(Streamer):
         choice = self.parsed[0]  # type: ignore[index]
         kind = choice.parser.feed_plain(text, 1)
         if kind == 2:
-            return self.writer.text_delta(0, _CONTENT, text, tokens) if text else b""
+            if not text:
+                return b""
+            frame = self._content_frame
+            if frame is not None:
+                return frame[0] + _json.encode(text) + frame[1]
+            return self.writer.text_delta(0, _CONTENT, text, tokens)
         if kind == 1:
             reasoning = self._reasoning_keys
-            return self.writer.text_delta(0, reasoning, text, tokens) if text and reasoning else b""
+            if not text or not reasoning:
+                return b""
+            frame = self._reasoning_frame
+            if frame is not None:
+                return frame[0] + _json.encode(text) + frame[1]
+            return self.writer.text_delta(0, reasoning, text, tokens)
         delta = choice.delta(text, [token_id])
         return self.writer.chunk(0, delta_fields(delta), tokens) if delta else b""
 
