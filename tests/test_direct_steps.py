@@ -14,6 +14,7 @@ import pytest
 from test_direct_stream import Body, turns
 from tokenwire import SamplingParams
 from tokenwire.messages.egress import Done, EgressSink, Error, Frame
+from tokenwire.messages.errors import ClientDisconnected
 from tokenwire.messages.frames import decode_batch_frame, encode_batch_frame
 from tokenwire.server.direct_stream import DirectStream
 from tokenwire.shard import DetokShard
@@ -192,3 +193,22 @@ async def test_a_streamer_that_cannot_take_steps_never_gets_them_directly():
     assert body.writes == [b"a|"] and streamer.ways == ["feed1"]
     step(shard, {"r0": "!"}, {"type": "length", "length": 2})
     await asyncio.wait_for(task, 5)
+
+
+async def test_a_closed_sink_takes_no_step_and_its_request_ends():
+    aborted: list[str] = []
+    shard = DetokShard(aborted.append)
+    sink = EgressSink()
+    params = SamplingParams()
+    params.normalize(TOK)
+    shard.register("r0", sink, TOK, b("> "), params)
+    streamer, body = StepStreamer(), Body()
+    task = asyncio.create_task(DirectStream(sink, streamer, body, b"").wait())
+    await turns()
+    step(shard, {"r0": "a"})
+    sink.close()  # the client went away
+    assert sink.direct is None
+    step(shard, {"r0": "b"})  # before the wake-up ran: not written, the request ended
+    assert body.writes == [b"a|"] and "r0" not in shard and aborted == ["r0"]
+    with pytest.raises(ClientDisconnected):
+        await asyncio.wait_for(task, 5)

@@ -447,6 +447,7 @@ class EgressSink:
     def close(self) -> None:
         """The consumer is gone: further sends answer CLOSED; undelivered items are dropped."""
         self._closed = True
+        self.direct = None
         self._dq.clear()
         waiter = self._waiter
         if waiter is not None and self._notifier is not None:
@@ -465,7 +466,7 @@ class EgressSink:
         """Have a producer on this thread hand steps' chunks to ``take`` as they come, while
         nothing else waits in the sink (None: stop). ``take(text, token id, completion tokens)``
         is called from within the producer's step: it answers at once whether it took the
-        chunk, and never raises."""
+        chunk, never raises, and never calls the producer back. Closing the sink stops it."""
         self.direct = take
         self.direct_thread = threading.get_ident()
 

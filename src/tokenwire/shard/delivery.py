@@ -28,47 +28,37 @@ class Delivery:
     """``DetokShard``'s delivery to the sinks (its ``_sinks`` column, ``max_pending``,
     ``max_stall``)."""
 
-    def _deliver(self, step: StepChunks, out: list[int], direct: list[int]) -> list[int]:
-        """Queue ``step`` in the sinks of shard slots ``out``, but for those whose direct
-        consumer may take it now: their slots go to ``direct`` (for ``_hand_direct``, once the
-        step is done). Return the slots whose sinks did not take it (full or closed)."""
+    def _deliver(self, step: StepChunks, out: list[int], in_order: bool) -> list[int]:
+        """Hand ``step``'s chunk to the direct consumer of each sink of shard slots ``out`` that
+        takes it now (``EgressSink.direct``: the sink empty, the consumer on this thread), and
+        queue it in every other sink that has room; return the slots whose sinks did neither
+        (full or closed). ``in_order``: ``out`` is every row of the step, in the step's order."""
         sinks = self._sinks
         blocked = []
         me = threading.get_ident()
-        for sid in out:
+        texts = step.texts
+        ids = step.token_ids
+        counts = step.completion_tokens
+        rows = range(len(out)) if in_order else map(step.rows.__getitem__, out)
+        for sid, j in zip(out, rows):
             # EgressSink.try_send, inline (the shard is the sinks' one producer).
             sink = sinks[sid]
             dq = sink._dq  # type: ignore[union-attr]
-            if len(dq) < sink.capacity and not sink._closed:  # type: ignore[union-attr]
-                if not dq and sink.direct is not None and sink.direct_thread == me:  # type: ignore[union-attr]
-                    direct.append(sid)
+            if not dq:
+                take = sink.direct  # type: ignore[union-attr]
+                if (
+                    take is not None
+                    and sink.direct_thread == me  # type: ignore[union-attr]
+                    and take(texts[j], ids[j], counts[j])
+                ):
                     continue
+            if len(dq) < sink.capacity and not sink._closed:  # type: ignore[union-attr]
                 dq.append(step)
                 if sink._waiter is not None:  # type: ignore[union-attr]
                     sink._wake()  # type: ignore[union-attr]
             else:
                 blocked.append(sid)
         return blocked
-
-    def _hand_direct(self, step: StepChunks, direct: list[int]) -> None:
-        """The step's chunk to each direct consumer of shard slots ``direct`` (in one pass, after
-        the step: nothing is queued, nobody woken); one that declines has it queued."""
-        sinks = self._sinks
-        rows = step.rows
-        texts = step.texts
-        ids = step.token_ids
-        counts = step.completion_tokens
-        for sid in direct:
-            sink = sinks[sid]
-            take = sink.direct  # type: ignore[union-attr]
-            j = rows[sid]
-            if take is not None and take(texts[j], ids[j], counts[j]):
-                continue
-            st = self._by_sid[sid]  # type: ignore[attr-defined]
-            if st is None:
-                continue
-            if sink.try_send(step) is not None:  # type: ignore[union-attr]
-                self._blocked(st, step.chunk(sid), None)
 
     def _blocked(
         self,

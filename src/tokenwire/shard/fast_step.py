@@ -136,8 +136,7 @@ class FastStep:
         # (Lists, not arrays: a consumer reads its row with plain indexing.)
         step = StepChunks(rids, ids.tolist(), prompt, texts, ntok.tolist(), rows)
         out = sids if not exact else sid_arr[flags < 2].tolist()
-        direct: list[int] = []
-        blocked = self._deliver(step, out, direct)
+        blocked = self._deliver(step, out, not exact)
         if exact:
             id_list = ids.tolist()
         for j in exact:
@@ -159,8 +158,6 @@ class FastStep:
             item = step.chunk(sid)
             if st.sink.try_send(item) is not None:
                 self._blocked(st, item, None)
-        if direct:  # last: the shard's state is the step's end
-            self._hand_direct(step, direct)
 
     def _check_stops(
         self, sid_arr: np.ndarray, texts: list[str], flags: np.ndarray, checks: _Prechecks
