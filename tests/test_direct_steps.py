@@ -7,12 +7,14 @@ in order throughout."""
 from __future__ import annotations
 
 import asyncio
+import json
 import threading
 
 import pytest
 
 from test_direct_stream import Body, turns
 from tokenwire import SamplingParams
+from tokenwire.engine.synthetic import SyntheticConfig
 from tokenwire.messages.egress import Done, EgressSink, Error, Frame
 from tokenwire.messages.errors import ClientDisconnected
 from tokenwire.messages.frames import decode_batch_frame, encode_batch_frame
@@ -212,3 +214,57 @@ async def test_a_closed_sink_takes_no_step_and_its_request_ends():
     assert body.writes == [b"a|"] and "r0" not in shard and aborted == ["r0"]
     with pytest.raises(ClientDisconnected):
         await asyncio.wait_for(task, 5)
+
+
+def test_over_a_live_server_a_client_that_stops_reading_is_ended_and_the_others_stream_on(
+    monkeypatch,
+):
+    """Over tokenwire's connection protocol: steps go out through the direct call; a client
+    that stops reading fills its socket, its writer pauses, its steps queue, and it is ended
+    for stalling, while another stream's bytes are whole."""
+    import httpx
+
+    from served import MODEL, raw_request, serve, wait_until
+
+    calls = []
+    on_step = DirectStream.on_step
+
+    def counted(self, text, token_id, tokens):
+        took = on_step(self, text, token_id, tokens)
+        calls.append(took)
+        return took
+
+    monkeypatch.setattr(DirectStream, "on_step", counted)
+    stalling = {
+        "model": MODEL,
+        "messages": [{"role": "user", "content": "Hi"}],
+        "max_tokens": 30000,
+        "ignore_eos": True,
+        "stream": True,
+    }
+    with serve(SyntheticConfig(output="random", step_time=0.0005), stall_timeout=0.3) as s:
+        stalled = raw_request(
+            s.port, "POST", "/v1/chat/completions", json.dumps(stalling).encode(), rcvbuf=4096
+        )
+        try:
+            assert wait_until(lambda: len(s.runtime.shard) == 1, 30)
+            body = {"model": MODEL, "prompt": "Hello", "max_tokens": 40}
+            with httpx.stream(
+                "POST", s.url + "/v1/completions", json=body | {"stream": True}, timeout=30
+            ) as resp:
+                streamed = resp.read().decode()
+            events = [e for e in streamed.split("\n\n") if e.startswith("data: ")]
+            assert events[-1] == "data: [DONE]"
+            chunks = [json.loads(e[6:])["choices"][0] for e in events[:-1]]
+            assert chunks[-1]["finish_reason"] == "length"
+            assert all(c["finish_reason"] is None for c in chunks[:-1]) and len(chunks) > 1
+
+            def ended() -> bool:
+                text = httpx.get(s.url + "/metrics").text
+                return 'error_type="client_stalled"' in text and not len(s.runtime.shard)
+
+            assert wait_until(ended, 60), "the stalled stream was never ended"
+        finally:
+            stalled.close()
+    assert True in calls  # steps went out through the direct call
+    assert False in calls  # and the paused writer declined them
