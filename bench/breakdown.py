@@ -46,8 +46,9 @@ the in-process total: the HTTP server (uvicorn's parsing, the ASGI app, response
 connections), receiving on sockets with the event loop's polling, and the ZMQ I/O thread.
 
 Environment: WORKLOADS=completions,chat, CONCURRENCY=1,8,64,256, TOKENS=128, ROUNDS=3 (the
-median of each stage over rounds), LIVE=0, BASELINE, COMPILED, JSON=path (the rows as JSON
-lines).
+median of each stage over rounds), TURNS=4 (event loop iterations after each step; 1: steps
+back to back, as on a saturated server), LIVE=0, BASELINE, COMPILED, JSON=path (the rows as
+JSON lines).
 """
 
 from __future__ import annotations
@@ -89,6 +90,9 @@ from tokenwire.server.serving import BodyWriter  # noqa: E402
 
 TOKENS = int(os.environ.get("TOKENS", "128"))
 ROUNDS = int(os.environ.get("ROUNDS", "3"))
+#: Event loop iterations after each step (4: the loop idle between steps, every callback run;
+#: 1: steps back to back, as on a saturated server, where a callback runs a step late).
+TURNS = int(os.environ.get("TURNS", "4"))
 STOP = "\n\nHuman:"
 CHAT_PROMPT = "Benchmark prompt: tell me a story about a fox."
 PROMPT = "Benchmark prompt: tell me a story about a fox."
@@ -380,7 +384,7 @@ async def one_round(
             ns["columns"] += (t2 - t1) - (ns["shard"] - shard0) - (ns["decode"] - decode0)
             t3 = _now()
             w3 = _wall()
-            for _ in range(4):  # the notifier, the callbacks, the rests
+            for _ in range(TURNS):  # the notifier, the callbacks, the rests
                 await asyncio.sleep(0)
             ns["pass"] += _now() - t3
             ns["pass_wall"] += _wall() - w3
