@@ -148,6 +148,13 @@ def _cases(xml: Path) -> dict[str, tuple[str, str]]:
     return out
 
 
+def _in_module(test: str, mod: str) -> bool:
+    """Whether ``test`` (``classname::name``) is in module ``mod`` (``test_chat`` is not
+    ``test_chat_echo``; a class's tests are ``mod.Class``)."""
+    cls = test.split("::")[0]
+    return cls == mod or cls.startswith(mod + ".")
+
+
 def _counts(res: dict[str, tuple[str, str]], ids: list[str]) -> tuple[int, int, int]:
     """(passed, failed, skipped) of ``ids`` in one side's results; an error (a fixture's, such
     as a server that did not start) counts as failed, a test the side never ran as neither."""
@@ -169,7 +176,7 @@ def table(out: Path, files: list[str]) -> str:
     totals = [0] + [0] * 3 * len(SERVERS)
     for f in files:
         mod = "tests.entrypoints." + f[:-3].replace("/", ".")
-        ids = sorted({t for r in res.values() for t in r if t.split("::")[0].startswith(mod)})
+        ids = sorted({t for r in res.values() for t in r if _in_module(t, mod)})
         row = [len(ids)] + [n for s in SERVERS for n in _counts(res[s], ids)]
         totals = [a + b for a, b in zip(totals, row)]
         lines.append(_row(f, row))

@@ -44,3 +44,18 @@ def test_table_counts_each_side(tmp_path: Path) -> None:
     assert "`tests.entrypoints.openai.test_basic::b`: AssertionError: assert 1 == 2" in out
     assert "`tests.entrypoints.openai.test_basic::d`: RuntimeError: the server exited" in out
     assert "::a`" not in out and "::c`" not in out
+
+
+def test_a_file_is_not_counted_in_another_that_its_name_begins(tmp_path: Path) -> None:
+    script = _script()
+    (tmp_path / "stock.xml").write_text(
+        "<testsuites><testsuite>"
+        '<testcase classname="tests.entrypoints.openai.chat_completion.test_chat" name="a" />'
+        '<testcase classname="tests.entrypoints.openai.chat_completion.test_chat_echo" name="b" />'
+        '<testcase classname="tests.entrypoints.openai.chat_completion.test_chat.TestX" name="c" />'
+        "</testsuite></testsuites>"
+    )
+    files = ["openai/chat_completion/test_chat.py", "openai/chat_completion/test_chat_echo.py"]
+    out = script.table(tmp_path, files)
+    assert "| openai/chat_completion/test_chat.py | 2 | 2 / 0 / 0 |" in out
+    assert "| openai/chat_completion/test_chat_echo.py | 1 | 1 / 0 / 0 |" in out
