@@ -9,12 +9,15 @@ of ``scripts/vllm_cpu_env.py`` (its folder gives both frontends the processor), 
 
 For each frontend, two phases of PHASE seconds: ``text``, TEXT_STREAMS streamed chat requests
 (TOKENS tokens each, renewed as they end) and a ``/health`` probe every 50 ms; then ``+images``,
-the same plus IMAGES image chat requests kept in flight (each a different IMAGE_SIZE PNG, so
-neither frontend's cache helps; 8 tokens out). The table: the text streams' inter-chunk latency
+the same plus IMAGES image chat requests kept in flight (IMAGE_SIZE PNGs, 8 tokens out). The
+requests cycle through IMAGES * 4 different PNGs, so both frontends' processed-input caches are
+off (``--mm-processor-cache-gb 0``; CACHE_GB sets another size for both): every image request is
+fetched, decoded and processed. The table: the text streams' inter-chunk latency
 (p50, p99), ``/health`` latency (p50, p99), each ``+images`` p99 over its ``text`` p99 (the
 issue's bar: 1.5x), and the image requests completed per second.
 Environment: FRONTENDS=tokenwire,vllm, PHASE=20, TEXT_STREAMS=8, IMAGES=16, TOKENS=256,
-STEP_MS=10, IMAGE_SIZE=1280x960, WORKERS (tokenwire's --mm-processor-workers; default its own).
+STEP_MS=10, IMAGE_SIZE=1280x960, CACHE_GB=0, WORKERS (tokenwire's --mm-processor-workers; default
+its own).
 """
 
 from __future__ import annotations
@@ -45,6 +48,7 @@ IMAGES = int(os.environ.get("IMAGES", "16"))
 TOKENS = int(os.environ.get("TOKENS", "256"))
 STEP_MS = os.environ.get("STEP_MS", "10")
 W, H = (int(x) for x in os.environ.get("IMAGE_SIZE", "1280x960").split("x"))
+CACHE_GB = os.environ.get("CACHE_GB", "0")
 NAME = "tiny"
 ENV = {
     **os.environ,
@@ -83,8 +87,9 @@ def images(n: int, folder: Path) -> None:
         Image.fromarray(pixels).save(folder / f"{k:04d}.png", "PNG")
 
 
-def start(kind: str, env_paths: dict[str, str], logdir: Path) -> tuple[int, list]:
-    port, rpc = free_port(), free_port()
+def frontend_argv(kind: str, env_paths: dict[str, str], port: int, rpc: int) -> list[str]:
+    """The frontend's command line: ``tokenwire serve`` or stock ``vllm serve``, waiting on
+    ``rpc`` for the engine, its processed-input cache at CACHE_GB."""
     vlm = env_paths["vlm"]
     if kind == "tokenwire":
         argv = [sys.executable, "-m", "tokenwire", "serve", "--engine", "vllm", "--model", vlm]
@@ -98,6 +103,13 @@ def start(kind: str, env_paths: dict[str, str], logdir: Path) -> tuple[int, list
         argv += ["--data-parallel-size-local", "0", "--data-parallel-address", "127.0.0.1"]
         argv += ["--data-parallel-rpc-port", str(rpc)]
         argv += ["--uvicorn-log-level", "warning"]
+    return argv + ["--mm-processor-cache-gb", CACHE_GB]
+
+
+def start(kind: str, env_paths: dict[str, str], logdir: Path) -> tuple[int, list]:
+    port, rpc = free_port(), free_port()
+    vlm = env_paths["vlm"]
+    argv = frontend_argv(kind, env_paths, port, rpc)
     with open(logdir / f"{kind}.log", "wb") as log:
         front = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, env=ENV)
     mock = [sys.executable, "-m", "tokenwire", "mock-engine", "--handshake-address"]

@@ -148,22 +148,39 @@ def _cases(xml: Path) -> dict[str, tuple[str, str]]:
     return out
 
 
+def _in_module(test: str, mod: str) -> bool:
+    """Whether ``test`` (``classname::name``) is in module ``mod`` (``test_chat`` is not
+    ``test_chat_echo``; a class's tests are ``mod.Class``)."""
+    cls = test.split("::")[0]
+    return cls == mod or cls.startswith(mod + ".")
+
+
+def _counts(res: dict[str, tuple[str, str]], ids: list[str]) -> tuple[int, int, int]:
+    """(passed, failed, skipped) of ``ids`` in one side's results; an error (a fixture's, such
+    as a server that did not start) counts as failed, a test the side never ran as neither."""
+    outcomes = [res[t][0] for t in ids if t in res]
+    return (
+        outcomes.count("passed"),
+        outcomes.count("failed") + outcomes.count("error"),
+        outcomes.count("skipped"),
+    )
+
+
 def table(out: Path, files: list[str]) -> str:
     res = {s: _results(out, s) for s in SERVERS}
     lines = [
-        "| test file | tests | stock passed | tokenwire passed |",
+        "| test file | tests | stock passed / failed / skipped "
+        "| tokenwire passed / failed / skipped |",
         "|---|---|---|---|",
     ]
-    totals = [0, 0, 0]
+    totals = [0] + [0] * 3 * len(SERVERS)
     for f in files:
         mod = "tests.entrypoints." + f[:-3].replace("/", ".")
-        ids = sorted({t for r in res.values() for t in r if t.split("::")[0].startswith(mod)})
-        row = [len(ids)] + [
-            sum(1 for t in ids if res[s].get(t, ("",))[0] == "passed") for s in SERVERS
-        ]
+        ids = sorted({t for r in res.values() for t in r if _in_module(t, mod)})
+        row = [len(ids)] + [n for s in SERVERS for n in _counts(res[s], ids)]
         totals = [a + b for a, b in zip(totals, row)]
-        lines.append(f"| {f} | {row[0]} | {row[1]} | {row[2]} |")
-    lines.append(f"| **all** | {totals[0]} | {totals[1]} | {totals[2]} |")
+        lines.append(_row(f, row))
+    lines.append(_row("**all**", totals))
     worse = [
         (t, res["tokenwire"].get(t, ("missing", ""))[1])
         for t in sorted(res["stock"])
@@ -181,6 +198,11 @@ def table(out: Path, files: list[str]) -> str:
         lines += ["", "Passing on tokenwire, not on stock vLLM:", ""]
         lines += [f"- `{t}`" for t in better]
     return "\n".join(lines)
+
+
+def _row(name: str, row: list[int]) -> str:
+    sides = [" / ".join(map(str, row[1 + 3 * i : 4 + 3 * i])) for i in range(len(SERVERS))]
+    return f"| {name} | {row[0]} | " + " | ".join(sides) + " |"
 
 
 def main() -> None:
