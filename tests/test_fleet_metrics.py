@@ -152,7 +152,7 @@ def test_the_endpoint_picker_reads_waiting_running_kv_and_adapters(fleet):
         running = sum(pod_metrics(text, str(r))["running"] for r in (0, 1))
         return running == 3 and pod_metrics(text).get("active_models") == {ADAPTER}
 
-    wait_until(settled, 10, "the engines' stats")
+    wait_until(settled, 30, "the engines' stats")
     text = httpx.get(url + "/metrics").text
     pod = pod_metrics(text)
     per_engine = [pod_metrics(text, str(r)) for r in (0, 1)]

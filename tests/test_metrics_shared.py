@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from prometheus_client import CollectorRegistry, Counter
+from prometheus_client import CollectorRegistry, Counter, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
 from tokenwire.runtime.metrics import EngineCollector, SharedMetrics
@@ -79,3 +79,26 @@ def test_a_worker_that_never_heard_an_engines_stats_does_not_count_for_it(tmp_pa
     shared = worker(tmp_path, 1, Reported({0: {"num_running_reqs": 1}}, {0: 5.0}), requests=1)
     got = samples(shared)
     assert got[("vllm:num_requests_running", (("engine", "0"), ("model_name", "m")))] == 1
+
+
+def test_an_engine_without_stats_yet_shows_zero_as_vllm_does(tmp_path):
+    # vLLM's gauges hold 0 per engine from the start: a scraper (vLLM's own test_metrics reads
+    # vllm:num_requests_running before any request) finds a sample, not an empty family.
+    alive = [{"rank": 0, "alive": True}, {"rank": 1, "alive": True}]
+    busy = {"num_running_reqs": 2, "num_waiting_reqs": 1, "kv_cache_usage": 0.5}
+    for stats, at in (({}, {}), ({1: busy}, {1: 7.0})):
+        registry = CollectorRegistry()
+        EngineCollector(Reported(stats, at, alive), registry, "m")
+        got = {
+            (s.name, s.labels["engine"]): s.value
+            for family in text_string_to_metric_families(generate_latest(registry).decode())
+            for s in family.samples
+            if s.name.startswith("vllm:")
+        }
+        for name in ("num_requests_running", "num_requests_waiting", "kv_cache_usage_perc"):
+            assert got[("vllm:" + name, "0")] == 0
+        if stats:
+            assert got[("vllm:num_requests_running", "1")] == 2
+            assert got[("vllm:kv_cache_usage_perc", "1")] == 0.5
+        else:
+            assert got[("vllm:num_requests_running", "1")] == 0

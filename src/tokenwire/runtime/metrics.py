@@ -417,11 +417,15 @@ class EngineCollector:
                     yield family
             return
         yield from self._engine_counts(model, stats)
-        ranks = sorted(stats)
+        # (an engine that has sent no scheduler stats yet shows 0, as vLLM's gauges start)
+        known = {e["rank"] for e in engines or () if isinstance(e.get("rank"), int)}
+        ranks = sorted(set(stats) | known)
         for name, key, doc in _SCHEDULER_STATS:
             family = GaugeMetricFamily(name, doc, labels=list(_LABELS))
-            for rank, values in sorted(stats.items()):
-                value = values.get(key)
+            for rank in ranks:
+                values = stats.get(rank)
+                value = values.get(key) if values is not None else 0
+                values = values or {}
                 if key == "num_waiting_reqs" and isinstance(value, (int, float)):
                     # vLLM's gauge counts the requests its scheduler skipped too.
                     skipped = values.get("num_skipped_waiting_reqs")
