@@ -20,10 +20,8 @@ this thread's CPU time (``time.thread_time_ns``), per streamed token:
   less ``decode`` and less what it hands to the runtime);
 - ``shard``: ``Runtime.on_output``: the shard's step (detokenization, stops, hold-back),
   delivery into the sinks, the step's metrics;
-- ``wake-ups``: the per-stream hand-off of a step's items to its ``DirectStream``, less the
-  three below: the direct calls from within the shard's step (``DirectStream.on_step``, timed
-  apart and taken out of ``shard``) and the event loop callbacks (the notifier, the rest,
-  ``drain``'s ``Frame``);
+- ``wake-ups``: the event loop callbacks that hand each sink's items to its ``DirectStream``
+  (the notifier, the rest, ``drain``'s ``Frame``) less the three below;
 - ``parsers``: the reasoning (and tool-call) parsers (``ChoiceOutput.delta`` / ``final``);
 - ``format``: ``OpenAIStreamer.feed`` less the parsers (each chunk's JSON, the final chunk,
   usage, the finish's metrics);
@@ -46,9 +44,8 @@ the in-process total: the HTTP server (uvicorn's parsing, the ASGI app, response
 connections), receiving on sockets with the event loop's polling, and the ZMQ I/O thread.
 
 Environment: WORKLOADS=completions,chat, CONCURRENCY=1,8,64,256, TOKENS=128, ROUNDS=3 (the
-median of each stage over rounds), TURNS=4 (event loop iterations after each step; 1: steps
-back to back, as on a saturated server), LIVE=0, BASELINE, COMPILED, JSON=path (the rows as
-JSON lines).
+median of each stage over rounds), LIVE=0, BASELINE, COMPILED, JSON=path (the rows as JSON
+lines).
 """
 
 from __future__ import annotations
@@ -90,9 +87,6 @@ from tokenwire.server.serving import BodyWriter  # noqa: E402
 
 TOKENS = int(os.environ.get("TOKENS", "128"))
 ROUNDS = int(os.environ.get("ROUNDS", "3"))
-#: Event loop iterations after each step (4: the loop idle between steps, every callback run;
-#: 1: steps back to back, as on a saturated server, where a callback runs a step late).
-TURNS = int(os.environ.get("TURNS", "4"))
 STOP = "\n\nHuman:"
 CHAT_PROMPT = "Benchmark prompt: tell me a story about a fox."
 PROMPT = "Benchmark prompt: tell me a story about a fox."
@@ -279,10 +273,8 @@ async def one_round(
 
     def timed_output(frame: Any) -> None:
         t0 = _now()
-        w0 = _wall()
         on_output(frame)
         ns["shard"] += _now() - t0
-        ns["shard_wall"] += _wall() - w0
 
     engine._output = timed_output
 
@@ -293,8 +285,6 @@ async def one_round(
             output_mod.OutputParser, "feed_plain", None
         ),
         (OpenAIStreamer, "feed_steps"): getattr(OpenAIStreamer, "feed_steps", None),
-        (OpenAIStreamer, "feed_step"): getattr(OpenAIStreamer, "feed_step", None),
-        (DirectStream, "on_step"): getattr(DirectStream, "on_step", None),
         (parse, "encode_within"): parse.encode_within,
         (wire, "decode_outputs"): wire.decode_outputs,
         (chat_output.ChoiceOutput, "delta"): chat_output.ChoiceOutput.delta,
@@ -310,10 +300,6 @@ async def one_round(
     OpenAIStreamer.feed = clock.timed("feed", OpenAIStreamer.feed)
     if saved[(OpenAIStreamer, "feed_steps")] is not None:  # (a baseline may not have them)
         OpenAIStreamer.feed_steps = clock.timed("feed", OpenAIStreamer.feed_steps)
-    if saved[(OpenAIStreamer, "feed_step")] is not None:
-        OpenAIStreamer.feed_step = clock.timed("feed", OpenAIStreamer.feed_step)
-    if saved[(DirectStream, "on_step")] is not None:  # (called from within the shard's step)
-        DirectStream.on_step = clock.timed("direct", DirectStream.on_step)
     if saved[(output_mod.OutputParser, "feed_plain")] is not None:
         feed_plain = output_mod.OutputParser.feed_plain
         output_mod.OutputParser.feed_plain = clock.timed("parsers", feed_plain)
@@ -384,7 +370,7 @@ async def one_round(
             ns["columns"] += (t2 - t1) - (ns["shard"] - shard0) - (ns["decode"] - decode0)
             t3 = _now()
             w3 = _wall()
-            for _ in range(TURNS):  # the notifier, the callbacks, the rests
+            for _ in range(4):  # the notifier, the callbacks, the rests
                 await asyncio.sleep(0)
             ns["pass"] += _now() - t3
             ns["pass_wall"] += _wall() - w3
@@ -409,18 +395,13 @@ async def one_round(
             s.close(linger=0)
         ctx.term()
     streamed = c * tokens
-    # The per-call stages, as CPU time: their wall time scaled by the CPU / wall of the
-    # shard's steps and the passes after them, where they run.
-    scale = (ns["pass"] + ns["shard"]) / max(ns["pass_wall"] + ns["shard_wall"], 1)
-    for stage in ("feed", "parsers", "write", "direct"):
+    # The per-call stages, as CPU time: their wall time scaled by the pass's CPU / wall.
+    scale = ns["pass"] / max(ns["pass_wall"], 1)
+    for stage in ("feed", "parsers", "write"):
         ns[stage] = int(clock.wall[stage] * scale)
     overhead = int(sum(clock.calls[s] for s in ("feed", "parsers", "write")) * WRAPPER_NS)
     feed = ns["feed"] - ns["parsers"]
-    # The direct hand-offs run within the shard's step: theirs, less what they format and
-    # write, are wake-ups' (the per-stream hand-off of a step), not the shard's.
-    direct = ns["direct"] + int(clock.calls["direct"] * WRAPPER_NS)
-    ns["shard"] -= direct
-    wakeups = ns["pass"] + ns["direct"] - ns["feed"] - ns["write"] - overhead
+    wakeups = ns["pass"] - ns["feed"] - ns["write"] - overhead
     per_token = {
         "recv": ns["recv"],
         "decode": ns["decode"],

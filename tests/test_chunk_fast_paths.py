@@ -1,8 +1,8 @@
 """The streamed chunk's fast paths give the bytes of the general ones: steps' plain chunks taken
 from a sink without a ``Frame`` each (``EgressSink.take_steps``) and formatted from their text
-(``OpenAIStreamer.feed_steps``, and ``feed_step`` for the one step the shard hands a direct stream),
-the parsers' one-look fast path (``OutputParser.feed_plain``), the chunk pieces precomputed from the
-one shape (``ChunkWriter.text_delta``), and the chat template's render cache."""
+(``OpenAIStreamer.feed_steps``), the parsers' one-look fast path (``OutputParser.feed_plain``),
+the chunk pieces precomputed from the one shape (``ChunkWriter.text_delta``), and the chat
+template's render cache."""
 
 from __future__ import annotations
 
@@ -77,8 +77,8 @@ def _streamers(rt, body):
 
 def _both_ways(rt, body, pieces: list[str], batch: int) -> None:
     """``pieces`` as one-token steps into both sinks, ``batch`` steps at a time: the general
-    path (``drain`` and ``feed``) and the fast one (``take_steps`` and ``feed_steps``; one step
-    at a time: ``feed_step``) write the same bytes."""
+    path (``drain`` and ``feed``) and the fast one (``take_steps`` and ``feed_steps``) write the
+    same bytes."""
     (general, sink_a), (fast, sink_b) = _streamers(rt, body)
     assert fast.takes_steps
     wrote_general, wrote_fast = [], []
@@ -90,8 +90,7 @@ def _both_ways(rt, body, pieces: list[str], batch: int) -> None:
         wrote_general.append(general.feed([(0, item) for item in sink_a.drain()]))
         steps = sink_b.take_steps()
         assert steps is not None and not len(sink_b)
-        # One step at a time, as the shard hands it to a direct stream (``feed_step``).
-        wrote_fast.append(fast.feed_step(*steps[0]) if batch == 1 else fast.feed_steps(steps))
+        wrote_fast.append(fast.feed_steps(steps))
     assert wrote_fast == wrote_general
     if general.parsed is not None:
         assert fast.parsed is not None
@@ -130,10 +129,10 @@ def test_every_reasoning_parser_fast_path_writes_the_same_bytes(parser, field):
     starts = getattr(cls, "start_tags", ("<think>",))
     ends = getattr(cls, "end_tags", ("</think>",))
     rng = random.Random(parser)
-    for k in range(4):
+    for _ in range(4):
         pieces = [rng.choice([*starts, ""])]
         pieces += [rng.choice([*PIECES, *ends, ends[0][:2], "[", "H"]) for _ in range(40)]
-        _both_ways(rt, {"messages": [{"role": "user", "content": "hi"}]}, pieces, 1 + k % 2)
+        _both_ways(rt, {"messages": [{"role": "user", "content": "hi"}]}, pieces, 2)
 
 
 @settings(max_examples=200, deadline=None)
@@ -146,11 +145,6 @@ def test_every_reasoning_parser_fast_path_writes_the_same_bytes(parser, field):
 )
 def test_feed_plain_takes_a_piece_as_feed_does(parser, pieces, in_prompt):
     cls = REASONING_PARSERS[parser]
-    if getattr(cls, "needs_template", False):  # (the hf parser: bound to the corpus's template)
-        from parser_corpus import HF_TEMPLATE
-        from tokenwire.parsers import ResponseTemplate
-
-        cls = cls.for_template(ResponseTemplate.load(HF_TEMPLATE))
     plain = OutputParser(cls(prompt_in_reasoning=in_prompt), None)
     general = OutputParser(cls(prompt_in_reasoning=in_prompt), None)
     got_plain, got_general = [], []

@@ -12,10 +12,7 @@ turns it into its own ``Frame`` when its consumer takes it, so consumers only ev
 consumer side is awaitable, or a callback (``attach``) that the consumer's event loop calls when
 items arrive; producer and consumer may run on different threads (the queue is a ``deque``, whose
 appends and pops are atomic, and wake-ups are handed to the consumer's event loop in one batch
-per loop iteration). A consumer on the producer's thread may also take a step's chunk as it is
-delivered (``direct``): the producer then hands it the chunk's row in a plain call, with nothing
-queued and nobody woken, whenever the sink holds nothing else; the consumer declines (and the
-chunk is queued as usual) when it cannot write now.
+per loop iteration).
 """
 
 from __future__ import annotations
@@ -329,8 +326,6 @@ class EgressSink:
         "_taken_at",
         "_waiter",
         "capacity",
-        "direct",
-        "direct_thread",
         "on_abandon",
         "row",
     )
@@ -351,12 +346,6 @@ class EgressSink:
         self.on_abandon: Any = None
         #: This sink's row in the ``StepChunks`` its producer queues (set by the producer).
         self.row = -1
-        #: A consumer that takes a step's chunk in a plain call from the producer, where the
-        #: sink holds nothing else: ``direct(text, token id, completion tokens)`` answers
-        #: whether it took it (False: the chunk is queued, as without it). Only a producer on
-        #: ``direct_thread`` calls it (``set_direct``); it must not raise.
-        self.direct: Callable[[str, int, int], bool] | None = None
-        self.direct_thread = 0
 
     # ---- producer --------------------------------------------------------------------------------
 
@@ -447,7 +436,6 @@ class EgressSink:
     def close(self) -> None:
         """The consumer is gone: further sends answer CLOSED; undelivered items are dropped."""
         self._closed = True
-        self.direct = None
         self._dq.clear()
         waiter = self._waiter
         if waiter is not None and self._notifier is not None:
@@ -462,14 +450,6 @@ class EgressSink:
             self._notifier = _notifier_for(asyncio.get_running_loop())
         self._callback = self._waiter = _Callback(callback, self)
 
-    def set_direct(self, take: Callable[[str, int, int], bool] | None) -> None:
-        """Have a producer on this thread hand steps' chunks to ``take`` as they come, while
-        nothing else waits in the sink (None: stop). ``take(text, token id, completion tokens)``
-        is called from within the producer's step: it answers at once whether it took the
-        chunk, never raises, and never calls the producer back. Closing the sink stops it."""
-        self.direct = take
-        self.direct_thread = threading.get_ident()
-
     def rest(self) -> None:
         """Call the attached callback for nothing more that arrives in this loop iteration:
         what does is called for on the next one, together with what arrives then. (A consumer
@@ -482,9 +462,7 @@ class EgressSink:
             self._notifier.hold(callback)
 
     def detach(self) -> None:
-        """Stop calling the callback given to ``attach`` (a call already due included), and the
-        one given to ``set_direct``."""
-        self.direct = None
+        """Stop calling the callback given to ``attach`` (a call already due included)."""
         callback = self._callback
         if callback is not None:
             callback.fn = None

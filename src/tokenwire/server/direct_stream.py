@@ -1,25 +1,21 @@
 """A one-choice streamed response written from its sink's wake-up callback.
 
 The general streaming loop (``streaming.stream``) runs a task per response that waits on its sink,
-wakes for each decode step, formats the step's items and awaits an ASGI ``send``. Over tokenwire's
-own connection protocol (which gives each request a ``BodyWriter``) a response with one choice skips
-all of that: its sink calls ``DirectStream.on_items`` from the one loop callback that wakes every
-stream of a step, which formats the waiting items and writes them to the connection at once. The
-handler's task only waits for the end of the body. A step's plain chunk (``EgressSink.direct``) goes
-further: while the sink holds nothing else and the connection takes writes, the shard's step hands
-it to ``DirectStream.on_step`` in a plain call, which formats and writes it there, with nobody woken
-and nothing queued; the wake-up callback serves the rest (anything else, and everything while the
-connection's buffer is full), so a step's plain chunks go out one step at a time, as each comes.
-After each write from the wake-up the sink rests for the rest of the loop iteration
-(``EgressSink.rest``): while other items come back to back, a stream writes about every other step,
-two steps' items at once, as a task woken per step would; while the loop is idle, every step goes
-out as it comes.
+wakes for each decode step, formats the step's items and awaits an ASGI ``send``. Over
+tokenwire's own connection protocol (which gives each request a ``BodyWriter``) a response with
+one choice skips all of that: its sink calls ``DirectStream.on_items`` from the one loop callback
+that wakes every stream of a step, which formats the waiting items and writes them to the
+connection at once. The handler's task only waits for the end of the body. After each write the
+sink rests for the rest of the loop iteration (``EgressSink.rest``): while steps come back to
+back, a stream writes about every other step, two steps' text at once, as a task woken per step
+would; while the loop is idle, every step goes out as it comes.
 
-Behaviour is the general loop's: the same bytes, in the same order; a closed sink (the client went
-away) ends the wait with ``ClientDisconnected``; an error while formatting or writing ends it with
-that error (the handler's guard answers it); while the connection's write buffer is full nothing is
-taken from the sink, which then fills and lets the shard merge and, past its bounds, end the
-request, as it does for a task that stops taking."""
+Behaviour is the general loop's: the same bytes, in the same order; a closed sink (the client
+went away) ends the wait with ``ClientDisconnected``; an error while formatting or writing ends
+it with that error (the handler's guard answers it); while the connection's write buffer is
+full nothing is taken from the sink, which then fills and lets the shard merge and, past its
+bounds, end the request, as it does for a task that stops taking.
+"""
 
 from __future__ import annotations
 
@@ -51,10 +47,7 @@ class DirectStream:
     async def wait(self) -> None:
         """Stream until the body is complete; ``ClientDisconnected`` if the sink closes first.
         (Cancelling the wait stops the writes.)"""
-        sink = self._sink
-        sink.attach(self.on_items)
-        if getattr(self._streamer, "takes_steps", False):
-            sink.set_direct(self.on_step)
+        self._sink.attach(self.on_items)
         try:
             self.on_items()  # items may wait already
             await self._done
@@ -75,25 +68,6 @@ class DirectStream:
         except Exception as exc:
             if not done.done():
                 done.set_exception(exc)
-
-    def on_step(self, text: str, token_id: int, tokens: int) -> bool:
-        """Format and write one step's plain chunk, handed over by the sink's producer while the
-        sink holds nothing else (``EgressSink.direct``); False, writing nothing, when it cannot
-        now (the connection's buffer is full, or the stream is over): the chunk is then queued
-        and the wake-up takes it. A failure ends the wait with it."""
-        done = self._done
-        body = self._body
-        if done.done() or body.paused:
-            return False
-        try:
-            data = self._streamer.feed_step(text, token_id, tokens)
-            if self._pending:
-                data = self._pending + data
-                self._pending = b""
-            body.write(data)
-        except Exception as exc:
-            done.set_exception(exc)
-        return True
 
     def _write_waiting(self) -> None:
         body = self._body

@@ -389,10 +389,6 @@ class Streamer:
         ``(text, token id, completion tokens)`` each)."""
         raise NotImplementedError
 
-    def feed_step(self, text: str, token_id: int, tokens: int) -> bytes:
-        """``feed_steps`` for one step's chunk (``EgressSink.direct``)."""
-        return self.feed_steps([(text, token_id, tokens)])
-
     def error(self, err: TokenwireError) -> bytes:
         self.open.clear()
         self.failed = err

@@ -1,14 +1,11 @@
-"""Delivery of a request's items to its ``EgressSink``: a step's shared chunk handed in a plain call
-to every sink's direct consumer that takes it (``EgressSink.direct``: the sink empty, the consumer
-on this thread), and queued in every other sink that has room; a sink that is full has the delta
-merged into its newest undelivered item (bounded by ``max_pending`` characters and token ids
-together, past which the request ends; so does a request whose client has taken nothing for
-``max_stall`` seconds, and its sink is abandoned); a closed sink ends the request. Both abort the
-request in the engine."""
+"""Delivery of a request's items to its ``EgressSink``: a step's shared chunk queued in every
+sink that has room; a sink that is full has the delta merged into its newest undelivered item
+(bounded by ``max_pending`` characters and token ids together, past which the request ends; so
+does a request whose client has taken nothing for ``max_stall`` seconds, and its sink is
+abandoned); a closed sink ends the request. Both abort the request in the engine."""
 
 from __future__ import annotations
 
-import threading
 import time
 
 from tokenwire.messages.egress import Done, Error, Frame, StepChunks
@@ -28,30 +25,15 @@ class Delivery:
     """``DetokShard``'s delivery to the sinks (its ``_sinks`` column, ``max_pending``,
     ``max_stall``)."""
 
-    def _deliver(self, step: StepChunks, out: list[int], in_order: bool) -> list[int]:
-        """Hand ``step``'s chunk to the direct consumer of each sink of shard slots ``out`` that
-        takes it now (``EgressSink.direct``: the sink empty, the consumer on this thread), and
-        queue it in every other sink that has room; return the slots whose sinks did neither
-        (full or closed). ``in_order``: ``out`` is every row of the step, in the step's order."""
+    def _deliver(self, step: StepChunks, out: list[int]) -> list[int]:
+        """Queue ``step`` in the sinks of shard slots ``out``; return the slots whose sinks did
+        not take it (full or closed)."""
         sinks = self._sinks
         blocked = []
-        me = threading.get_ident()
-        texts = step.texts
-        ids = step.token_ids
-        counts = step.completion_tokens
-        rows = range(len(out)) if in_order else map(step.rows.__getitem__, out)
-        for sid, j in zip(out, rows):
+        for sid in out:
             # EgressSink.try_send, inline (the shard is the sinks' one producer).
             sink = sinks[sid]
             dq = sink._dq  # type: ignore[union-attr]
-            if not dq:
-                take = sink.direct  # type: ignore[union-attr]
-                if (
-                    take is not None
-                    and sink.direct_thread == me  # type: ignore[union-attr]
-                    and take(texts[j], ids[j], counts[j])
-                ):
-                    continue
             if len(dq) < sink.capacity and not sink._closed:  # type: ignore[union-attr]
                 dq.append(step)
                 if sink._waiter is not None:  # type: ignore[union-attr]

@@ -136,7 +136,7 @@ class FastStep:
         # (Lists, not arrays: a consumer reads its row with plain indexing.)
         step = StepChunks(rids, ids.tolist(), prompt, texts, ntok.tolist(), rows)
         out = sids if not exact else sid_arr[flags < 2].tolist()
-        blocked = self._deliver(step, out, not exact)
+        blocked = self._deliver(step, out)
         if exact:
             id_list = ids.tolist()
         for j in exact:

@@ -138,17 +138,6 @@ class ChunkWriter:
             return self._prefix(index) + body + self._usage_tail(index, completion_tokens)
         return self._prefix(index) + body + self._tail
 
-    def text_frame(self, index: int, keys: tuple[str, ...]) -> tuple[bytes, bytes] | None:
-        """What ``text_delta(index, keys, text)`` writes before and after the JSON string of
-        ``text``, for a chunk made of the three alone; None where the text goes in more than once
-        (several keys) or the tail varies (continuous usage)."""
-        if self._continuous:
-            return None
-        pieces = self._around(keys)
-        if len(pieces) != 2:
-            return None
-        return self._prefix(index) + pieces[0], pieces[1] + self._tail
-
     def _usage_tail(self, index: int, completion_tokens: int) -> bytes:
         """Continuous usage: the choice's prompt and its completion tokens so far (vLLM's)."""
         prompt_tokens = len(self.plan.prompts[index // self.plan.n])

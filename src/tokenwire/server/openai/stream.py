@@ -5,8 +5,6 @@ from __future__ import annotations
 
 from typing import Any
 
-import msgspec
-
 from tokenwire.messages.egress import Error, Frame
 from tokenwire.runtime import Plan, Runtime
 from tokenwire.server.http import SSE_DONE, sse
@@ -24,9 +22,6 @@ from tokenwire.server.openai.chunks import (
 from tokenwire.server.streaming import Gathered, Streamer, Subs, count_finish, gather, matched_stop
 
 __all__ = ["OpenAIStreamer", "choice_logprobs", "collect_openai"]
-
-_CONTENT = ("content",)
-_json = msgspec.json.Encoder()
 
 
 async def collect_openai(
@@ -172,12 +167,6 @@ class OpenAIStreamer(Streamer):
             and (self.parsed is None or not self.parsed[0].hold_reasoning)
         )
         self._reasoning_keys = tuple(plan.reasoning_fields)
-        # The one choice's chunk of a step's content, and of its reasoning, around the text's
-        # JSON (``ChunkWriter.text_frame``; None: ``text_delta`` writes it).
-        writer = self.writer
-        self._content_frame = writer.text_frame(0, _CONTENT if plan.route == "chat" else ())
-        keys = self._reasoning_keys
-        self._reasoning_frame = writer.text_frame(0, keys) if keys else None
 
     @property
     def takes_steps(self) -> bool:
@@ -198,43 +187,23 @@ class OpenAIStreamer(Streamer):
                     texts.append(text)
                     count = tokens
             return writer.delta(0, "".join(texts), count) if texts else b""
-        return b"".join(
-            [self._parsed_step(text, token_id, tokens) for text, token_id, tokens in steps]
-        )
-
-    def feed_step(self, text: str, token_id: int, tokens: int) -> bytes:
-        """``feed_steps`` for one step's chunk, the same bytes (``DirectStream.on_step``)."""
-        self.tracker.chunk()
-        if self.parsed is None:
-            if not text:
-                return b""
-            frame = self._content_frame
-            if frame is not None:
-                return frame[0] + _json.encode(text) + frame[1]
-            return self.writer.delta(0, text, tokens)
-        return self._parsed_step(text, token_id, tokens)
-
-    def _parsed_step(self, text: str, token_id: int, tokens: int) -> bytes:
-        """One step's chunk through the choice's parser (its fast path where it applies)."""
-        choice = self.parsed[0]  # type: ignore[index]
-        kind = choice.parser.feed_plain(text, 1)
-        if kind == 2:
-            if not text:
-                return b""
-            frame = self._content_frame
-            if frame is not None:
-                return frame[0] + _json.encode(text) + frame[1]
-            return self.writer.text_delta(0, _CONTENT, text, tokens)
-        if kind == 1:
-            reasoning = self._reasoning_keys
-            if not text or not reasoning:
-                return b""
-            frame = self._reasoning_frame
-            if frame is not None:
-                return frame[0] + _json.encode(text) + frame[1]
-            return self.writer.text_delta(0, reasoning, text, tokens)
-        delta = choice.delta(text, [token_id])
-        return self.writer.chunk(0, delta_fields(delta), tokens) if delta else b""
+        choice = parsed[0]
+        parser = choice.parser
+        reasoning = self._reasoning_keys
+        out = []
+        for text, token_id, tokens in steps:
+            kind = parser.feed_plain(text, 1)
+            if kind == 2:
+                if text:
+                    out.append(writer.text_delta(0, ("content",), text, tokens))
+            elif kind == 1:
+                if text and reasoning:
+                    out.append(writer.text_delta(0, reasoning, text, tokens))
+            else:
+                delta = choice.delta(text, [token_id])
+                if delta:
+                    out.append(writer.chunk(0, delta_fields(delta), tokens))
+        return b"".join(out)
 
     def _extras(self, index: int, item: Any) -> tuple[str, dict[str, Any]]:
         """The echoed prompt (first chunk only) and the logprob fields of an item's chunk."""
