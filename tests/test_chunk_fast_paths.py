@@ -145,6 +145,11 @@ def test_every_reasoning_parser_fast_path_writes_the_same_bytes(parser, field):
 )
 def test_feed_plain_takes_a_piece_as_feed_does(parser, pieces, in_prompt):
     cls = REASONING_PARSERS[parser]
+    if getattr(cls, "needs_template", False):  # (the hf parser: bound to the corpus's template)
+        from parser_corpus import HF_TEMPLATE
+        from tokenwire.parsers import ResponseTemplate
+
+        cls = cls.for_template(ResponseTemplate.load(HF_TEMPLATE))
     plain = OutputParser(cls(prompt_in_reasoning=in_prompt), None)
     general = OutputParser(cls(prompt_in_reasoning=in_prompt), None)
     got_plain, got_general = [], []
