@@ -18,11 +18,15 @@ STEPS = 400
 
 
 def _read_queued(
-    turn: float, busy: float = 0.0, longest: float = vllm_client._MAX_READ_TURN
+    turn: float,
+    busy: float = 0.0,
+    longest: float = vllm_client._MAX_READ_TURN,
+    merged: int = 1,
 ) -> tuple[int, list[int]]:
     """``STEPS`` one-token steps queued on the engine's output socket before the reader starts;
     another task counts its turns on the loop (each keeping the CPU ``busy`` seconds). Returns
-    the steps read and, for each turn of the other task, how many steps had been read by then."""
+    the steps read and, for each turn of the other task, how many steps had been read by then.
+    The reader takes at most ``merged`` messages at once (1: each message is its own read)."""
 
     async def main() -> tuple[int, list[int]]:
         ctx = zmq.asyncio.Context()
@@ -33,7 +37,8 @@ def _read_queued(
             pull.connect("inproc://outputs")
             engine = VllmEngine(Tokenizer.default(), VllmEngineConfig())
             steps: list[int] = []
-            engine._output = lambda frame: steps.append(1)
+            # (steps merged into one count as the steps they were: 8 tokens each)
+            engine._output = lambda frame: steps.extend([1] * (len(frame.token_ids) // 8))
             engine._output_sock = pull
             rids = [f"r{i}" for i in range(8)]
             for rid in rids:
@@ -64,12 +69,13 @@ def _read_queued(
             pull.close(linger=0)
             ctx.term()
 
-    saved = vllm_client._READ_TURN, vllm_client._MAX_READ_TURN
+    saved = vllm_client._READ_TURN, vllm_client._MAX_READ_TURN, vllm_client._MAX_MERGED
     vllm_client._READ_TURN, vllm_client._MAX_READ_TURN = turn, longest
+    vllm_client._MAX_MERGED = merged
     try:
         return asyncio.run(main())
     finally:
-        vllm_client._READ_TURN, vllm_client._MAX_READ_TURN = saved
+        vllm_client._READ_TURN, vllm_client._MAX_READ_TURN, vllm_client._MAX_MERGED = saved
 
 
 def test_waiting_steps_are_read_in_turns_that_let_other_tasks_run():
@@ -101,3 +107,14 @@ def test_a_turn_is_bounded():
     read, seen = _read_queued(0.0, busy=0.002, longest=1e-6)
     assert read == STEPS
     assert len(seen) >= STEPS // 2, len(seen)
+
+
+def test_waiting_steps_are_merged_up_to_a_bound_per_read():
+    # With merging, a turn of no length yields after every read of what waits (at most
+    # ``_MAX_MERGED`` messages, handed to the shard as one step): the other task sees the
+    # steps arrive in pieces of about that size, never all at once.
+    read, seen = _read_queued(0.0, merged=64)
+    assert read == STEPS
+    between = sorted({n for n in seen if 0 < n < STEPS})
+    assert len(between) >= STEPS // 64 - 1, seen[:20]
+    assert all(b - a <= 64 for a, b in zip([0, *between], [*between, STEPS])), between

@@ -33,6 +33,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+import msgspec
 import zmq
 import zmq.asyncio
 
@@ -64,6 +65,8 @@ _PROBE_PERIOD = 2.0
 #: everything waiting first makes a fast engine's streams arrive in one piece, and yielding after
 #: every message halves the throughput.
 _READ_TURN = 0.001
+#: The most messages read at once; consecutive plain steps among them reach the shard as one.
+_MAX_MERGED = 64
 #: The longest turn (seconds): after a long pause of the streams, reading as long would stall them.
 _MAX_READ_TURN = 0.05
 #: Seconds an engine with requests in flight may say nothing before it is pinged (and, when the
@@ -684,16 +687,25 @@ class VllmEngine:
         sock = self._output_sock
         sync = zmq.Socket.shadow(sock.underlying)
         on_message = self.on_message
+        on_messages = self.on_messages
         try:
             while True:
                 await sock.poll(flags=zmq.POLLIN)
                 turn_ends = time.perf_counter() + _READ_TURN
                 while True:
+                    waiting: list[list[Any]] = []
                     try:
-                        frames = sync.recv_multipart(zmq.NOBLOCK, copy=False)
+                        while len(waiting) < _MAX_MERGED:
+                            frames = sync.recv_multipart(zmq.NOBLOCK, copy=False)
+                            waiting.append([f.buffer for f in frames])
                     except zmq.Again:
+                        pass
+                    if not waiting:
                         break
-                    on_message([f.buffer for f in frames])
+                    if len(waiting) == 1:
+                        on_message(waiting[0])
+                    else:
+                        on_messages(waiting)
                     now = time.perf_counter()
                     if now >= turn_ends:
                         await asyncio.sleep(0)
@@ -712,22 +724,78 @@ class VllmEngine:
         """One message from the output socket (its frames' buffers): an engine step's outputs
         to the shard as one decoded step, utility results, scheduler stats, or an engine's
         death (plain, synchronous: the reader above only receives)."""
-        output = self._output
-        assert output is not None
+        msg = self._decode(frames)
+        if msg is not None:
+            self._on_decoded(msg, frames)
+
+    def on_messages(self, messages: list[list[Any]]) -> None:
+        """Several messages read together, in order, as ``on_message`` takes each, except that
+        consecutive steps of one engine whose outputs are plain (no logprobs, pooling or side
+        frames) reach the shard as one step: a request in several of them gets its tokens
+        together, as from one multi-token step. Each message's own bookkeeping (its step's
+        counts, its requests' times, its scheduler stats) stays its own."""
+        merging = _MergedSteps()
+        for frames in messages:
+            buf = frames[0]
+            if len(frames) == 1 and buf == wire.ENGINE_CORE_DEAD:
+                self._flush_merged(merging)  # (the steps before it first)
+                self._engine_dead_message()
+                continue
+            try:
+                msg = wire.decode_outputs(buf)
+            except CodecError as exc:
+                self._flush_merged(merging)
+                self._malformed(buf, exc)
+                continue
+            side = len(frames) != 1 or msg.utility_output is not None
+            if side or self._pooling or self._logprobs:
+                self._flush_merged(merging)
+                self._on_decoded(msg, frames)
+                continue
+            if not merging.fits(msg):
+                self._flush_merged(merging)
+            self._heard(msg)
+            if msg.outputs:
+                prefilled = 0
+                for o in msg.outputs:
+                    if o.prefill_stats is not None:
+                        prefilled += self._prefilled(o.request_id, o.prefill_stats)
+                finished = merging.add(msg)
+                tokens = wire.step_tokens(msg.outputs, self._max_tokens)
+                self._rank_stats(msg.engine_index).step(prefilled + tokens)
+                self._note_times(msg, finished)
+            if msg.scheduler_stats != wire._NIL:
+                self._stats(msg)
+        self._flush_merged(merging)
+
+    def _flush_merged(self, merging: _MergedSteps) -> None:
+        """The steps merged so far to the shard as one step (then none are)."""
+        outputs = merging.take()
+        if outputs:
+            self._hand_over(outputs, merging.engine_index, [])
+
+    def _decode(self, frames: list[Any]) -> wire.EngineCoreOutputs | None:
+        """A message decoded (None: it was the engine's death notice, or malformed: handled)."""
         buf = frames[0]
         if len(frames) == 1 and buf == wire.ENGINE_CORE_DEAD:
             self._engine_dead_message()
-            return
+            return None
         try:
-            msg = wire.decode_outputs(buf)
+            return wire.decode_outputs(buf)
         except CodecError as exc:
             self._malformed(buf, exc)
-            return
+            return None
+
+    def _heard(self, msg: wire.EngineCoreOutputs) -> None:
         core = self._by_rank.get(msg.engine_index)
         if core is not None:
             core.heard = time.monotonic()
             if not core.healthy:
                 self._answers_again(core)
+
+    def _on_decoded(self, msg: wire.EngineCoreOutputs, frames: list[Any]) -> None:
+        """One decoded message's work (``on_message``)."""
+        self._heard(msg)
         if self._pooling and msg.outputs:
             msg.outputs = self._take_pooled(msg, frames)
         if msg.outputs:
@@ -735,33 +803,41 @@ class VllmEngine:
             for o in msg.outputs:
                 if o.prefill_stats is not None:
                     prefilled += self._prefilled(o.request_id, o.prefill_stats)
-            try:
-                batch = wire.to_batch(
-                    msg.outputs,
-                    self._prompt_lens,
-                    self._max_tokens,
-                    self._logprobs or None,
-                    frames,
-                )
-            except CodecError as exc:
-                self._malformed(buf, exc, msg.engine_index)
+            batch = self._hand_over(msg.outputs, msg.engine_index, frames)
+            if batch is None:
                 return
-            if self._cached:
-                get = self._cached.get
-                batch.decoded.cached_tokens = [get(r, 0) for r in batch.decoded.rids]
-            for rid in batch.finished:
-                self._forget(rid)
-            if msg.engine_index:
-                batch.decoded.engine = msg.engine_index
             self._rank_stats(msg.engine_index).step(prefilled + len(batch.decoded.token_ids))
             self._note_times(msg, batch.finished)
-            output(batch.decoded)
-            for rid, message in batch.errors:
-                output(encode_error_frame(rid, message))
         if msg.utility_output is not None:
             self._utility_result(msg.utility_output)
         if msg.scheduler_stats != wire._NIL:
             self._stats(msg)
+
+    def _hand_over(
+        self, outputs: list[wire.EngineCoreOutput], engine_index: int, frames: list[Any]
+    ) -> wire.OutputBatch | None:
+        """A step's outputs to the shard as one decoded step, and its finished requests
+        forgotten (None: the outputs were malformed, which ends the engine's requests)."""
+        output = self._output
+        assert output is not None
+        try:
+            batch = wire.to_batch(
+                outputs, self._prompt_lens, self._max_tokens, self._logprobs or None, frames
+            )
+        except CodecError as exc:
+            self._malformed(frames[0] if frames else b"", exc, engine_index)
+            return None
+        if self._cached:
+            get = self._cached.get
+            batch.decoded.cached_tokens = [get(r, 0) for r in batch.decoded.rids]
+        for rid in batch.finished:
+            self._forget(rid)
+        if engine_index:
+            batch.decoded.engine = engine_index
+        output(batch.decoded)
+        for rid, message in batch.errors:
+            output(encode_error_frame(rid, message))
+        return batch
 
     async def _watch_connections(self) -> None:
         """Find engines whose connection dropped: after every disconnect on the input socket, and
@@ -1115,6 +1191,59 @@ class VllmEngine:
         # An engine that does not stamp its messages: when they arrive (the API servers share
         # one host's monotonic clock).
         self.scheduler_stats_at[msg.engine_index] = msg.timestamp or time.monotonic()
+
+
+class _MergedSteps:
+    """Consecutive steps of one engine, merged into one step's outputs: a request's tokens in
+    order, its finish (from its last step) and its first output's prefill stats."""
+
+    __slots__ = ("_by_rid", "_finished", "engine_index")
+
+    def __init__(self) -> None:
+        self._by_rid: dict[str, wire.EngineCoreOutput] = {}
+        #: Requests that finished in a step taken: nothing may follow them.
+        self._finished: set[str] = set()
+        self.engine_index = 0
+
+    def fits(self, msg: wire.EngineCoreOutputs) -> bool:
+        """Whether ``msg`` can join the steps taken (same engine; no output for a request that
+        finished in them)."""
+        if not self._by_rid:
+            return True
+        if msg.engine_index != self.engine_index:
+            return False
+        done = self._finished
+        return not done or not any(o.request_id in done for o in msg.outputs)
+
+    def add(self, msg: wire.EngineCoreOutputs) -> list[str]:
+        """Take ``msg``'s outputs; returns the requests it finished."""
+        by_rid = self._by_rid
+        if not by_rid:
+            self.engine_index = msg.engine_index
+        finished = []
+        for o in msg.outputs:
+            rid = o.request_id
+            if o.finish_reason is not None:
+                finished.append(rid)
+                self._finished.add(rid)
+            before = by_rid.get(rid)
+            if before is None:
+                by_rid[rid] = o
+            else:
+                by_rid[rid] = msgspec.structs.replace(
+                    before,
+                    new_token_ids=before.new_token_ids + o.new_token_ids,
+                    finish_reason=o.finish_reason,
+                    stop_reason=o.stop_reason,
+                )
+        return finished
+
+    def take(self) -> list[wire.EngineCoreOutput]:
+        """The merged outputs (then none are kept)."""
+        out = list(self._by_rid.values())
+        self._by_rid = {}
+        self._finished = set()
+        return out
 
 
 def _kv_capacity(ready: dict[str, Any]) -> int | None:
