@@ -118,7 +118,8 @@ def test_logprobs_in_frames_of_their_own_read_as_the_inline_ones(echo):
     # vLLM (and the mock) send arrays of 256 bytes and more as extra frames of the message,
     # numbered from the message's own frame: 20 top logprobs of 9 prompt tokens travel so, 2 inline.
     body = {"model": MODEL, "prompt": "one two three four five six seven eight nine ten"}
-    body |= {"max_tokens": 3, "temperature": 0, "echo": True}
+    # (tokens as ``token_id:N``: two candidates that decode to one text would share a key)
+    body |= {"max_tokens": 3, "temperature": 0, "echo": True, "return_tokens_as_token_ids": True}
     for top in (2, 20):
         raw = httpx.post(echo.url + "/v1/completions", json={**body, "logprobs": top}).json()
         lp = raw["choices"][0]["logprobs"]

@@ -183,9 +183,12 @@ async def admit(
     on_finish = gate.on_finish(key, ticket) if gate is not None else None
     started = False
     try:
-        waiting = asyncio.ensure_future(rt.admit(plan, gone, on_finish))
-        try:
-            if plan.stream and interval > 0:
+        if not (plan.stream and interval > 0):
+            # (awaited in this task: a task of its own would cost the submit a turn of the loop)
+            subs = await rt.admit(plan, gone, on_finish)
+        else:
+            waiting = asyncio.ensure_future(rt.admit(plan, gone, on_finish))
+            try:
                 while True:
                     done, _ = await asyncio.wait({waiting}, timeout=interval)
                     if done:
@@ -195,12 +198,12 @@ async def admit(
                         started = True
                     ping = dialect.keep_alive
                     await send({"type": "http.response.body", "body": ping, "more_body": True})
-            subs = await waiting
-        finally:
-            if not waiting.done():
-                waiting.cancel()
-                with contextlib.suppress(BaseException):
-                    await waiting
+                subs = await waiting
+            finally:
+                if not waiting.done():
+                    waiting.cancel()
+                    with contextlib.suppress(BaseException):
+                        await waiting
     except ClientDisconnected:
         _leave(gate, key, ticket, gone)
         return None
