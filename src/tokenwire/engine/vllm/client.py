@@ -61,10 +61,12 @@ log = logging.getLogger("tokenwire.engine.vllm")
 #: Seconds between checks that every engine is still connected.
 _PROBE_PERIOD = 2.0
 #: The output reader's shortest turn (seconds) at reading messages that are already waiting
-#: before it lets the streams run; a turn lasts as long as the streams took in theirs. Reading
-#: everything waiting first makes a fast engine's streams arrive in one piece, and yielding after
-#: every message halves the throughput.
-_READ_TURN = 0.001
+#: before it lets the streams run; a turn lasts as long as the streams took in theirs. Each read
+#: takes everything waiting (up to ``_MAX_MERGED`` messages) as one step, so a turn of no length
+#: costs no throughput (when messages were read one by one, yielding after each halved it), and
+#: at low load each step goes out as it comes (a turn of 1 ms made a fast engine's tokens wait
+#: for it: 2.3 ms between chunks at one stream where smg has 0.3).
+_READ_TURN = 0.0
 #: The most messages read at once; consecutive plain steps among them reach the shard as one.
 _MAX_MERGED = 64
 #: The longest turn (seconds): after a long pause of the streams, reading as long would stall them.
