@@ -670,3 +670,34 @@ def test_requests_that_come_and_go_between_identical_steps_get_their_own_text():
     shard.on_frame(frame([("a", b("r"), None), ("b", b("s"), None)]))
     assert "".join(i.event.text for i in again["a"].drain()) == "pr"
     assert "".join(i.event.text for i in again["b"].drain()) == "qs"
+
+
+def _run_sizes(text: str, stops: list[str], sizes: list[int], min_new: int):
+    """``text`` one byte token at a time, in steps of ``sizes`` tokens (cycled): the text
+    delivered, the final event's finish reason and completion tokens."""
+    tok = byte_tokenizer()
+    run = Run(tok, SamplingParams(stop=stops, min_new_tokens=min_new))
+    ids = b(text)
+    i = k = 0
+    while i < len(ids) and "r" in run.shard:
+        n = sizes[k % len(sizes)]
+        k += 1
+        chunk = ids[i : i + n]
+        i += n
+        run.step(chunk, {"type": "length", "length": len(ids)} if i >= len(ids) else None)
+    items = run.items()
+    final = items[-1].event
+    return "".join(it.event.text for it in items), final.finish_reason, final.completion_tokens
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    text=st.text(alphabet="ab \n", min_size=1, max_size=40),
+    stops=st.lists(st.text(alphabet="ab \n", min_size=1, max_size=4), max_size=3),
+    sizes=st.lists(st.integers(1, 7), min_size=1, max_size=12),
+    min_new=st.integers(0, 6),
+)
+def test_steps_of_several_tokens_match_one_token_steps(text, stops, sizes, min_new):
+    # Steps read together reach the shard as steps of several tokens a request: what it
+    # delivers, where it stops and what it counts are those of the same tokens one per step.
+    assert _run_sizes(text, stops, sizes, min_new) == _run_sizes(text, stops, [1], min_new)

@@ -77,6 +77,19 @@ class GeneralStep:
         seq_stop: FinishReason | None = None  # a stop token sequence
         drop = -1  # tokens before the last whose text a matched sequence drops
         last = len(pieces) - 1
+        if last and seqs is None and not st.regexes and (ntok >= st.min_new or not st.stops):
+            # Several tokens and no stop string in their text: one hold-back over it all (the
+            # hold-back's automata run character by character, so the held text is the one
+            # token by token gives); a stop string in the window takes the exact way below.
+            joined = "".join(pieces)
+            held = st.held
+            window = held + joined if held else joined
+            if not any(s in window for s in st.stops):
+                ntok += len(pieces)
+                used = len(pieces)
+                if joined:
+                    taken.append(st.hold_back(window))
+                pieces = []
         for k, piece in enumerate(pieces):
             ntok += 1
             used += 1
