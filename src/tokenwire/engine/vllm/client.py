@@ -758,13 +758,10 @@ class VllmEngine:
                 self._flush_merged(merging)
             self._heard(msg)
             if msg.outputs:
-                prefilled = 0
-                for o in msg.outputs:
-                    if o.prefill_stats is not None:
-                        prefilled += self._prefilled(o.request_id, o.prefill_stats)
-                finished = merging.add(msg)
-                tokens = wire.step_tokens(msg.outputs, self._max_tokens)
-                self._rank_stats(msg.engine_index).step(prefilled + tokens)
+                finished, tokens, first = merging.add(msg, self._max_tokens)
+                for o in first:
+                    tokens += self._prefilled(o.request_id, o.prefill_stats)
+                self._rank_stats(msg.engine_index).step(tokens)
                 self._note_times(msg, finished)
             if msg.scheduler_stats != wire._NIL:
                 self._stats(msg)
@@ -1217,17 +1214,28 @@ class _MergedSteps:
         done = self._finished
         return not done or not any(o.request_id in done for o in msg.outputs)
 
-    def add(self, msg: wire.EngineCoreOutputs) -> list[str]:
-        """Take ``msg``'s outputs; returns the requests it finished."""
+    def add(
+        self, msg: wire.EngineCoreOutputs, max_tokens: dict[str, int | None]
+    ) -> tuple[list[str], int, list[wire.EngineCoreOutput]]:
+        """Take ``msg``'s outputs; returns the requests it finished, its tokens that reach the
+        shard (``to_batch`` leaves out a failed request's, and those of one that asked for none)
+        and its outputs with prefill stats."""
         by_rid = self._by_rid
         if not by_rid:
             self.engine_index = msg.engine_index
-        finished = []
+        finished: list[str] = []
+        first: list[wire.EngineCoreOutput] = []
+        tokens = 0
         for o in msg.outputs:
             rid = o.request_id
-            if o.finish_reason is not None:
+            code = o.finish_reason
+            if code is not None:
                 finished.append(rid)
                 self._finished.add(rid)
+            if (code is None or code in wire.ENDS) and max_tokens.get(rid, 1) != 0:
+                tokens += len(o.new_token_ids)
+            if o.prefill_stats is not None:
+                first.append(o)
             before = by_rid.get(rid)
             if before is None:
                 by_rid[rid] = o
@@ -1238,7 +1246,7 @@ class _MergedSteps:
                     finish_reason=o.finish_reason,
                     stop_reason=o.stop_reason,
                 )
-        return finished
+        return finished, tokens, first
 
     def take(self) -> list[wire.EngineCoreOutput]:
         """The merged outputs (then none are kept)."""

@@ -799,19 +799,8 @@ def to_batch(
     return _to_batch_general(outputs, prompt_lens, max_tokens, logprobs, frames)
 
 
-#: Finish codes of requests that end well (their tokens count).
-_ENDS = frozenset({FINISH_STOP, FINISH_LENGTH, FINISH_ABORT, FINISH_REPETITION})
-
-
-def step_tokens(outputs: Sequence[EngineCoreOutput], max_tokens: dict[str, int | None]) -> int:
-    """The tokens of a step's outputs that reach the shard (``to_batch``'s): none of a failed
-    request, nor of one that asked for none."""
-    n = 0
-    for o in outputs:
-        code = o.finish_reason
-        if (code is None or code in _ENDS) and max_tokens.get(o.request_id, 1) != 0:
-            n += len(o.new_token_ids)
-    return n
+#: Finish codes of requests that end well (their tokens reach the shard).
+ENDS = frozenset({FINISH_STOP, FINISH_LENGTH, FINISH_ABORT, FINISH_REPETITION})
 
 
 def _error_message(code: int) -> str:
