@@ -69,6 +69,10 @@ def check_content_length(scope: dict, limit: int | None) -> None:
                 raise _too_large(limit)
 
 
+#: ``asyncio.timeout_at`` (Python 3.11 and later; None before).
+_timeout_at = getattr(asyncio, "timeout_at", None)
+
+
 def bounded_receive(receive: Any, limit: int | None, timeout: float | None) -> Any:
     """``receive`` that refuses a body past ``limit`` bytes (``PayloadTooLargeError``) or slower
     than ``timeout`` seconds in all (``RequestTimeoutError``); past the body it passes through."""
@@ -86,7 +90,13 @@ def bounded_receive(receive: Any, limit: int | None, timeout: float | None) -> A
             if state["deadline"] is None:
                 state["deadline"] = loop.time() + timeout
             try:
-                message = await asyncio.wait_for(receive(), state["deadline"] - loop.time())
+                if _timeout_at is not None:
+                    # (in this task: ``wait_for`` makes one, a turn of the loop for a body
+                    # that is there already)
+                    async with _timeout_at(state["deadline"]):
+                        message = await receive()
+                else:
+                    message = await asyncio.wait_for(receive(), state["deadline"] - loop.time())
             except asyncio.TimeoutError:
                 raise RequestTimeoutError(
                     f"the request body did not arrive within {timeout:g} s"
