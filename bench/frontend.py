@@ -23,7 +23,8 @@ random output) dials each. Workloads (``WORKLOADS``):
 at C concurrent requests (``CONCURRENCY``, default 1, 8, 64, 256, 1024, 4096;
 ``LONG_CONCURRENCY``, default 64, 256, for ``long``), a round running at least 1,024 requests
 (256 for ``long``; 64 at C = 1 and 256 at C = 8), C at a time. Real mode: each frontend runs
-with its own engine on the tiny model (smg's is ``vllm serve --headless`` dialling it).
+with its own engine on the tiny model (smg's is ``vllm serve --headless`` dialling it), four
+requests per stream a round (16 at least).
 ``--contended`` is the case of ``vllm bench serve`` on a loaded machine: 32 requests of a
 1,000-token prompt and 128 tokens out, 8 at a time, while busy processes this script starts (two
 per core) are pinned to both cores; nothing else is pinned there, as users run them.
@@ -81,6 +82,9 @@ MIN_REQUESTS = {"completions": 1024, "chat": 1024, "long": 256, "contended": 32}
 #: ... except at low concurrency, where a round of fewer gives as many latency samples (a request
 #: is 128 inter-chunk gaps).
 LOW_C_REQUESTS = {1: 64, 8: 256}
+#: Over the real engine (a CPU engine makes a few hundred tokens a second): four requests per
+#: stream, 16 at least.
+REAL_REQUESTS_PER_STREAM = 4
 CHAT_PROMPT = "Benchmark prompt: tell me a story about a fox."
 
 
@@ -313,6 +317,8 @@ def main() -> None:
                         n = 32 if args.contended else max(c, MIN_REQUESTS[workload])
                         if not args.contended and not args.real and c in LOW_C_REQUESTS:
                             n = LOW_C_REQUESTS[c]
+                        elif args.real and not args.contended:
+                            n = max(16, REAL_REQUESTS_PER_STREAM * c)
                         tokens = LONG_TOKENS if workload == "long" else TOKENS
                         # The frontend alone (taskset execs it: the same pid); in mock mode
                         # with the processes it started, in real mode without its engine.
