@@ -133,6 +133,13 @@ def start_all(
             ready = functools.partial(up, proc, log, url, tls)
             wait_until(ready, START_TIMEOUT, f"{argv[:3]} to serve")
         yield [Server(url, proc, log, tls or True) for proc, log, url, _, tls in procs]
+    except BaseException:
+        # (a failing test shows what its servers said: their logs go with the block)
+        for proc, log, url, _, _ in procs:
+            with contextlib.suppress(OSError):
+                tail = log.read_text(errors="replace")[-6000:]
+                print(f"--- {url} (exit {proc.poll()}):\n{tail}", file=sys.stderr)
+        raise
     finally:
         for proc, log, _, _, _ in procs:
             stop_process(proc, signal.SIGTERM, 60)
