@@ -143,3 +143,12 @@ def test_steps_before_the_engines_death_notice_go_out_first():
         [_msg([("a", [1], None, None)]), _msg([("a", [2], None, None)]), [wire.ENGINE_CORE_DEAD]]
     )
     assert order == ["step", "dead"]
+
+
+def test_steps_before_a_malformed_message_go_out_first():
+    engine, _ = _engine(["a"])
+    order: list[str] = []
+    engine._output = lambda frame: order.append("step")
+    engine._malformed = lambda *args: order.append("malformed")  # type: ignore[method-assign]
+    engine.on_messages([_msg([("a", [1], None, None)]), [b"\xc1 not msgpack"]])
+    assert order == ["step", "malformed"]

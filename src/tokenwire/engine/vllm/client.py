@@ -738,16 +738,8 @@ class VllmEngine:
         counts, its requests' times, its scheduler stats) stays its own."""
         merging = _MergedSteps()
         for frames in messages:
-            buf = frames[0]
-            if len(frames) == 1 and buf == wire.ENGINE_CORE_DEAD:
-                self._flush_merged(merging)  # (the steps before it first)
-                self._engine_dead_message()
-                continue
-            try:
-                msg = wire.decode_outputs(buf)
-            except CodecError as exc:
-                self._flush_merged(merging)
-                self._malformed(buf, exc)
+            msg = self._decode(frames, merging)
+            if msg is None:
                 continue
             side = len(frames) != 1 or msg.utility_output is not None
             if side or self._pooling or self._logprobs:
@@ -773,15 +765,22 @@ class VllmEngine:
         if outputs:
             self._hand_over(outputs, merging.engine_index, [])
 
-    def _decode(self, frames: list[Any]) -> wire.EngineCoreOutputs | None:
-        """A message decoded (None: it was the engine's death notice, or malformed: handled)."""
+    def _decode(
+        self, frames: list[Any], pending: _MergedSteps | None = None
+    ) -> wire.EngineCoreOutputs | None:
+        """A message decoded (None: it was the engine's death notice, or malformed: handled,
+        after the steps ``pending`` holds are delivered)."""
         buf = frames[0]
         if len(frames) == 1 and buf == wire.ENGINE_CORE_DEAD:
+            if pending is not None:
+                self._flush_merged(pending)
             self._engine_dead_message()
             return None
         try:
             return wire.decode_outputs(buf)
         except CodecError as exc:
+            if pending is not None:
+                self._flush_merged(pending)
             self._malformed(buf, exc)
             return None
 
