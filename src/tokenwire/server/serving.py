@@ -43,6 +43,7 @@ import uvicorn
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
 from tokenwire.messages.errors import QueueFullError, RequestTimeoutError, ValidationError
+from tokenwire.server.accept import Acceptor, drive, wants_acceptor
 from tokenwire.server.errors import error_body
 from tokenwire.server.http import encode
 
@@ -193,6 +194,9 @@ class _LimitedProtocol(HttpToolsProtocol):
     limits: ConnectionLimits = ConnectionLimits()
     #: The server's TLS context: the protocol does the handshake itself (see the module doc).
     tls: ssl.SSLContext | None = None
+    #: Whether this connection's accept accepts the others waiting (``accept.Acceptor``): not
+    #: for those it accepts.
+    drains = True
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -216,6 +220,9 @@ class _LimitedProtocol(HttpToolsProtocol):
             self._timer = None
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+        acceptor = getattr(self.server_state, "tokenwire_acceptor", None)
+        if acceptor is not None and self.drains:
+            acceptor.drain()  # (the others waiting behind the one libuv just accepted)
         if self.tls is not None and transport.get_extra_info("sslcontext") is None:
             self._start_tls(transport)
             return
@@ -250,20 +257,14 @@ class _LimitedProtocol(HttpToolsProtocol):
 
     def _step_tls(self, handshake: Any, transport: asyncio.Transport, shim: _Handshaking) -> None:
         """Drive ``loop.start_tls`` as a task would (a plain callback chain on its futures)."""
-        try:
-            waiting = handshake.send(None)
-        except StopIteration as done:
-            self._tls_done(done.value, shim)
-            return
-        except (OSError, ssl.SSLError, asyncio.TimeoutError, ConnectionError) as exc:
+
+        def failed(exc: BaseException) -> None:
+            self._tls_over(transport)
+            if not isinstance(exc, (OSError, ssl.SSLError, asyncio.TimeoutError, ConnectionError)):
+                raise exc
             log.debug("a TLS handshake failed or timed out: %s", exc)
-            self._tls_over(transport)
-            return
-        except BaseException:
-            self._tls_over(transport)
-            raise
-        waiting._asyncio_future_blocking = False
-        waiting.add_done_callback(lambda _: self._step_tls(handshake, transport, shim))
+
+        drive(handshake, lambda tls: self._tls_done(tls, shim), failed)
 
     def _tls_over(self, transport: asyncio.Transport) -> None:
         self.server_state.tokenwire_handshaking -= 1  # type: ignore[attr-defined]
@@ -462,10 +463,42 @@ class TokenwireServer(uvicorn.Server):
                 await super().startup(sockets)
             finally:
                 config.ssl = tls
+        else:
+            await super().startup(sockets)
+        self._install_acceptor()
+
+    def _install_acceptor(self) -> None:
+        """Under uvloop, every connection waiting is accepted with the one libuv accepts
+        (``accept``'s module doc)."""
+        loop = asyncio.get_running_loop()
+        config = self.config
+        protocol = config.http_protocol_class
+        servers = getattr(self, "servers", None)
+        if not (
+            servers
+            and wants_acceptor(loop)
+            and isinstance(protocol, type)
+            and issubclass(protocol, _LimitedProtocol)
+        ):
             return
-        await super().startup(sockets)
+        state = self.server_state
+        app_state = self.lifespan.state
+
+        def accepted() -> asyncio.Protocol:
+            proto = protocol(config=config, server_state=state, app_state=app_state, _loop=loop)
+            proto.drains = False
+            return proto
+
+        state.tokenwire_acceptor = Acceptor.of_servers(loop, accepted, servers)  # type: ignore[attr-defined]
+
+    def _close_acceptor(self) -> None:
+        acceptor = getattr(self.server_state, "tokenwire_acceptor", None)
+        if acceptor is not None:
+            self.server_state.tokenwire_acceptor = None  # type: ignore[attr-defined]
+            acceptor.close()
 
     async def shutdown(self, sockets: list | None = None) -> None:
+        self._close_acceptor()
         for server in self.servers:  # stop accepting
             server.close()
         for sock in sockets or []:
