@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import socket
 import time
+from typing import ClassVar
 
 import pytest
 
@@ -18,7 +19,7 @@ uvloop = pytest.importorskip("uvloop", reason="uvloop is uvicorn[standard]'s loo
 
 
 class _Made(asyncio.Protocol):
-    made: list[asyncio.Transport] = []
+    made: ClassVar[list[asyncio.Transport]] = []
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         _Made.made.append(transport)
