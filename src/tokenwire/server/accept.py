@@ -77,7 +77,7 @@ class Acceptor:
         self.listeners = list(listeners)
         for sock in self.listeners:
             sock.setblocking(False)
-        #: Connections this acceptor handed to the loop (for the tests and the logs).
+        #: Connections this acceptor handed to the loop (the tests read it).
         self.accepted = 0
 
     @classmethod
