@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import asyncio
 import os
+import sqlite3
 import tempfile
+import threading
 import time
 
 import openai
@@ -162,6 +164,27 @@ def test_store_urls_name_what_they_need():
     if os.geteuid() != 0:  # (root writes anywhere)
         with pytest.raises(StoreUnavailable):
             open_backend(f"sqlite:///{folder}/sub/x.sqlite3")
+
+
+def test_a_new_sqlite_store_opens_while_another_connection_writes_it(tmp_path):
+    # Two API servers open one new store at once: while one holds the write lock (creating its
+    # tables), SQLite refuses the other's switch to WAL at once, without its busy wait; the
+    # second must wait for the lock, not fail its server's startup.
+    path = str(tmp_path / "store.sqlite3")
+    other = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
+    other.execute("BEGIN IMMEDIATE")
+    other.execute("CREATE TABLE held (a)")
+    releaser = threading.Timer(0.3, other.execute, ("COMMIT",))
+    releaser.start()
+    started = time.monotonic()
+    try:
+        backend = open_backend(f"sqlite:///{path}")
+    finally:
+        releaser.join()
+        other.close()
+    assert time.monotonic() - started >= 0.25  # (it waited for the lock)
+    assert backend.conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+    backend.close()
 
 
 @pytest.mark.parametrize("which", ["postgresql", "redis"])

@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import os
 import sqlite3
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -333,6 +334,29 @@ class SqlBackend(Backend):
             self.conn.close()
 
 
+#: How long a SQLite statement waits for another process's lock before "database is locked".
+_SQLITE_BUSY_S = 30.0
+
+
+def _wal(conn: sqlite3.Connection) -> None:
+    """Switch ``conn``'s database to write-ahead logging, waiting out other processes.
+
+    SQLite answers the switch "database is locked" at once, without its busy wait, while another
+    connection holds a write lock: two API servers opening one new store at once (the other
+    creating its tables) would otherwise fail one server's startup."""
+    deadline = time.monotonic() + _SQLITE_BUSY_S
+    pause = 0.005
+    while True:
+        try:
+            conn.execute("PRAGMA journal_mode=WAL")
+            return
+        except sqlite3.OperationalError as exc:
+            if "locked" not in str(exc) or time.monotonic() >= deadline:
+                raise
+        time.sleep(pause)
+        pause = min(pause * 2, 0.1)
+
+
 def sqlite_backend(path: str) -> SqlBackend:
     """A SQLite store in file ``path`` (its folder made), or in memory for ``:memory:``."""
     if path != ":memory:":
@@ -342,9 +366,11 @@ def sqlite_backend(path: str) -> SqlBackend:
         except OSError as exc:
             raise StoreUnavailable(f"cannot make the store's folder {folder}: {exc}") from None
     try:
-        conn = sqlite3.connect(path, isolation_level=None, check_same_thread=False, timeout=30)
+        conn = sqlite3.connect(
+            path, isolation_level=None, check_same_thread=False, timeout=_SQLITE_BUSY_S
+        )
         if path != ":memory:":
-            conn.execute("PRAGMA journal_mode=WAL")
+            _wal(conn)
         conn.execute("PRAGMA synchronous=NORMAL")
         return SqlBackend(conn, "sqlite:///" + path, postgres=False)
     except sqlite3.Error as exc:
