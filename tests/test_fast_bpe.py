@@ -67,3 +67,39 @@ def test_a_fresh_tokenizer_builds_its_decode_tables_and_its_fast_path_together()
     t.start()
     t.join(60)
     assert done and done[0] is not None and tok.fast_bpe() is not None
+
+
+@pytest.mark.parametrize("form", ["NFC", "NFKC"])
+def test_normalizing_line_by_line_is_normalizing_the_whole(form):
+    # A line feed neither composes nor reorders with any character on either side: every code
+    # point, before and after one.
+    import unicodedata
+
+    from tokenwire.fast_bpe import _NORMALIZERS
+
+    normalize = unicodedata.normalize
+    for cp in range(0x110000):
+        if 0xD800 <= cp < 0xE000:
+            continue
+        c = chr(cp)
+        one = normalize(form, c)
+        assert normalize(form, "\n" + c) == "\n" + one, hex(cp)
+        assert normalize(form, c + "\n") == one + "\n", hex(cp)
+    by_line = _NORMALIZERS[form]
+    assert by_line is not None
+    for text in (CORPUS, "e\n\u0301x", "\u0301\n\n\u1100\n\u1161\u11a8", "plain ascii\nlines"):
+        assert by_line(text) == normalize(form, text)
+
+    @given(
+        st.text(
+            alphabet=st.sampled_from(
+                "ae\n\u0301\u0327\u0306\u1100\u1161\u11a8\ufb01\u212b\u00c5 x"
+            ),
+            max_size=40,
+        )
+    )
+    @settings(max_examples=300, deadline=None)
+    def same(text):
+        assert by_line(text) == normalize(form, text)
+
+    same()

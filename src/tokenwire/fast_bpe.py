@@ -31,9 +31,32 @@ log = logging.getLogger(__name__)
 
 #: ``ByteLevel``'s own pre-tokenizing regex (GPT-2's), for ``ByteLevel(use_regex=true)``.
 _GPT2_PATTERN = r"""'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+"""
+
+
+def _line_by_line(form: str) -> Callable[[str], str]:
+    """``unicodedata.normalize(form, ...)``, a line at a time.
+
+    A line feed is a starter that no normalization decomposes, composes or reorders across, so
+    normalizing each line gives the same text; and the standard library, once a string holds one
+    character that may need composing, normalizes all of it: a prompt of many lines with a few
+    combining marks costs a few lines' work, not the whole prompt's. ASCII is left as it is."""
+    normalize = unicodedata.normalize
+
+    def by_line(text: str) -> str:
+        if text.isascii():
+            return text
+        if "\n" not in text:
+            return normalize(form, text)
+        return "\n".join(
+            [line if line.isascii() else normalize(form, line) for line in text.split("\n")]
+        )
+
+    return by_line
+
+
 _NORMALIZERS: dict[str, Callable[[str], str] | None] = {
-    "NFC": lambda s: unicodedata.normalize("NFC", s),
-    "NFKC": lambda s: unicodedata.normalize("NFKC", s),
+    "NFC": _line_by_line("NFC"),
+    "NFKC": _line_by_line("NFKC"),
 }
 #: Texts the check runs on besides the packaged passages: what tokenizes oddly.
 _EDGE_CASES = (
