@@ -231,6 +231,23 @@ async def test_an_attached_callback_is_called_on_the_loop_once_per_batch_of_item
     assert [[i.text for i in batch] for batch in calls] == [["a", "b"], ["c"]]
 
 
+async def test_a_consumers_first_wake_up_comes_a_loop_iteration_before_the_later_ones():
+    # The first item is a response's first token (its TTFT): the consumer is called in the
+    # notifier's own callback. Later ones wait an iteration more, for more steps to join them.
+    sink = EgressSink(capacity=8)
+    calls = []
+    sink.attach(lambda: calls.append([i.text for i in sink.drain()]))
+    sink.try_send(Frame.of(chunk("a", [1], 1)))
+    await asyncio.sleep(0)
+    assert calls == [["a"]]
+    sink.try_send(Frame.of(chunk("b", [2], 2)))
+    await asyncio.sleep(0)
+    assert calls == [["a"]]
+    sink.try_send(Frame.of(chunk("c", [3], 3)))  # (joins the call that is due)
+    await asyncio.sleep(0)
+    assert calls == [["a"], ["b", "c"]]
+
+
 async def test_several_sinks_are_called_in_one_loop_callback():
     sinks = [EgressSink() for _ in range(3)]
     order = []

@@ -192,15 +192,24 @@ class _Notifier:
         self._scheduled = False
         pending, self._pending = self._pending, []
         calls = []
+        first = []
         for fut in pending:
             if type(fut) is _Callback:
                 if not fut.queued:  # once, however many items came
                     fut.queued = True
-                    calls.append(fut)
+                    if fut.fresh:
+                        fut.fresh = False
+                        first.append(fut)
+                    else:
+                        calls.append(fut)
             elif not fut.done():
                 fut.set_result(None)
+        if first:
+            # A consumer's first wake-up is its response's first token: called now.
+            self._call_each(first)
         if calls:
-            # One loop iteration later, when a task woken here would run.
+            # One loop iteration later, when a task woken here would run (more steps may come
+            # meanwhile, and go out in the same write).
             self.loop.call_soon(self._call_each, calls)
 
     def _call_each(self, calls: list[_Callback]) -> None:
@@ -247,12 +256,13 @@ class _Callback:
     """A consumer that is called when items arrive (``EgressSink.attach``), where a task would
     wait for them: it stands in the sink's waiter slot, and ``_Notifier`` calls it."""
 
-    __slots__ = ("fn", "queued", "sink")
+    __slots__ = ("fn", "fresh", "queued", "sink")
 
     def __init__(self, fn: Callable[[], None], sink: EgressSink) -> None:
         self.fn: Callable[[], None] | None = fn
         self.sink = sink
         self.queued = False  # a call is due
+        self.fresh = True  # never woken yet
 
 
 _notifiers: dict[asyncio.AbstractEventLoop, _Notifier] = {}
