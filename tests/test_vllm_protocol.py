@@ -218,6 +218,28 @@ RECORDED_STATS = {
 }
 
 
+def test_prefix_cache_increments_read_only_the_prefix_cache_counts_of_the_stats():
+    # What the step's stats add to vllm:prefix_cache_queries / _hits, read without decoding the
+    # rest: the same numbers the whole decoded map gives, and nothing from what is not a map.
+    assert wire.prefix_cache_increments(msgspec.msgpack.encode(RECORDED_STATS)) == (2, 0)
+    made = wire.scheduler_stats_map(
+        running=3, waiting=1, kv_cache_usage=0.5, prefix_queries=48, prefix_hits=16
+    )
+    assert wire.prefix_cache_increments(msgspec.msgpack.encode(made)) == (48, 16)
+    odd = {**RECORDED_STATS, "prefix_cache_stats": {"queries": 2.5, "hits": 7, "x": [1]}}
+    assert wire.prefix_cache_increments(msgspec.msgpack.encode(odd)) == (0, 7)
+    for stats in (
+        {**RECORDED_STATS, "prefix_cache_stats": None},
+        {**RECORDED_STATS, "prefix_cache_stats": [2, 0]},
+        {"num_running_reqs": 1},
+        [1, 2],
+        "stats",
+        None,
+    ):
+        assert wire.prefix_cache_increments(msgspec.msgpack.encode(stats)) == (0, 0), stats
+    assert wire.prefix_cache_increments(b"\xc1") == (0, 0)  # not msgpack
+
+
 def test_scheduler_stats_come_with_the_engines_time_on_any_message_that_carries_them():
     # A step's message to the frontend that gets the stats (with outputs or without), and the
     # same step's message to another frontend, without: vLLM 0.32's whole layout, trailing fields

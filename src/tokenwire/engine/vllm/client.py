@@ -1083,7 +1083,7 @@ class VllmEngine:
     def fold_rank_stats(self) -> dict[int, RankStats]:
         """Every rank's counters, with their pending scheduler stats folded in (a scrape)."""
         for stats in self.rank_stats.values():
-            stats.fold(wire.decode_scheduler_stats)
+            stats.fold(wire.prefix_cache_increments)
         return self.rank_stats
 
     @property
@@ -1184,7 +1184,7 @@ class VllmEngine:
         """Keep a message's scheduler stats, undecoded until they are read."""
         self._stats_raw[msg.engine_index] = msg.scheduler_stats
         self._rank_stats(msg.engine_index).scheduler_stats(
-            msg.scheduler_stats, wire.decode_scheduler_stats
+            msg.scheduler_stats, wire.prefix_cache_increments
         )
         # An engine that does not stamp its messages: when they arrive (the API servers share
         # one host's monotonic clock).

@@ -75,6 +75,7 @@ __all__ = [
     "encode_utility",
     "engine_index_in",
     "decode_scheduler_stats",
+    "prefix_cache_increments",
     "event_times",
     "request_ids_in",
     "scheduler_stats",
@@ -559,6 +560,34 @@ def decode_scheduler_stats(raw: msgspec.Raw) -> dict[str, Any] | None:
     except msgspec.DecodeError:
         return None
     return stats if isinstance(stats, dict) else None
+
+
+class _PrefixCacheCounts(msgspec.Struct):
+    queries: Any = 0
+    hits: Any = 0
+
+
+class _PrefixCacheOnly(msgspec.Struct):
+    """The one field of ``SchedulerStats`` read each step; the others are skipped undecoded."""
+
+    prefix_cache_stats: _PrefixCacheCounts | None = None
+
+
+_decode_prefix_cache = msgspec.msgpack.Decoder(_PrefixCacheOnly).decode
+
+
+def prefix_cache_increments(raw: msgspec.Raw) -> tuple[int, int]:
+    """The ``(queries, hits)`` a step's scheduler stats (kept undecoded) add to the prefix
+    cache's counters: 0 for a count that is not an integer, ``(0, 0)`` where the stats or their
+    ``prefix_cache_stats`` are not a map."""
+    try:
+        cache = _decode_prefix_cache(raw).prefix_cache_stats
+    except msgspec.DecodeError:  # ValidationError included: not a map, or a field of no map
+        return 0, 0
+    if cache is None:
+        return 0, 0
+    q, h = cache.queries, cache.hits
+    return (q if isinstance(q, int) else 0), (h if isinstance(h, int) else 0)
 
 
 #: ``EngineCoreEventType``: QUEUED, SCHEDULED.

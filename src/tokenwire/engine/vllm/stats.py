@@ -47,22 +47,20 @@ class RankStats:
         self.iteration_counts[bisect_left(_BOUNDS, tokens)] += 1
         self.iteration_sum += tokens
 
-    def scheduler_stats(self, raw: Any, decode: Any) -> None:
-        """One step's scheduler stats (undecoded; ``decode`` reads them when they are folded)."""
+    def scheduler_stats(self, raw: Any, increments: Any) -> None:
+        """One step's scheduler stats (undecoded; ``increments`` reads their prefix cache
+        ``(queries, hits)`` when they are folded)."""
         self.pending.append(raw)
         if len(self.pending) >= _MAX_PENDING:
-            self.fold(decode)
+            self.fold(increments)
 
-    def fold(self, decode: Any) -> None:
+    def fold(self, increments: Any) -> None:
         """Add the pending steps' prefix cache increments."""
         pending, self.pending = self.pending, []
         for raw in pending:
-            stats = decode(raw)
-            cache = stats.get("prefix_cache_stats") if isinstance(stats, dict) else None
-            if isinstance(cache, dict):
-                q, h = cache.get("queries"), cache.get("hits")
-                self.prefix_queries += q if isinstance(q, int) else 0
-                self.prefix_hits += h if isinstance(h, int) else 0
+            q, h = increments(raw)
+            self.prefix_queries += q
+            self.prefix_hits += h
 
     def iteration_buckets(self) -> list[tuple[str, int]]:
         """Cumulative ``(le, count)`` pairs, Prometheus's histogram buckets."""
