@@ -690,7 +690,7 @@ def _run_sizes(text: str, stops: list[str], sizes: list[int], min_new: int):
     return "".join(it.event.text for it in items), final.finish_reason, final.completion_tokens
 
 
-@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(
     text=st.text(alphabet="ab \n", min_size=1, max_size=40),
     stops=st.lists(st.text(alphabet="ab \n", min_size=1, max_size=4), max_size=3),
