@@ -14,7 +14,7 @@ from tokenwire.messages.egress import Done, EgressSink, Error, Frame
 from tokenwire.messages.frames import decode_batch_frame, encode_batch_frame
 from tokenwire.shard import DetokShard
 
-from conftest import examples, real_tokenizer
+from conftest import ALL_NAMES, examples, real_tokenizer
 from helpers import BYTE_EOS, b, byte_tokenizer
 
 
@@ -688,6 +688,46 @@ def _run_sizes(text: str, stops: list[str], sizes: list[int], min_new: int):
     items = run.items()
     final = items[-1].event
     return "".join(it.event.text for it in items), final.finish_reason, final.completion_tokens
+
+
+#: Text whose tokens are not all their own text: a first token after the prompt, characters of
+#: several bytes in pieces (byte fallback, split emoji), combining marks, indentation.
+MIXED_TEXT = "Hello, wörld! 日本語のテキスト 🙂👍🏽🇫🇷 e\u0301 ```py\n    x = 1\n``` end  "
+
+
+@pytest.mark.parametrize("name", ALL_NAMES)
+@pytest.mark.parametrize("skip_special", [True, False])
+def test_several_token_steps_on_real_tokenizers_give_one_token_steps_text(name, skip_special):
+    # A step of several tokens a request takes their texts from the decode tables where the
+    # request's stream holds nothing back (and one by one where it does: its first step, a
+    # character still in pieces): what reaches the client is the text of one-token steps.
+    tok = real_tokenizer(name)
+    special = sorted(tok.special_ids)[:2]
+    ids = [*tok.encode(MIXED_TEXT, add_special_tokens=False), *special]
+    ids += tok.encode(" and after", add_special_tokens=False)
+
+    def text_in_steps(prompt: list[int], size: int) -> str:
+        shard = DetokShard()
+        sink = EgressSink(capacity=1024)
+        params = SamplingParams(skip_special_tokens=skip_special).normalize(tok)
+        shard.register("r", sink, tok, prompt, params)
+        for i in range(0, len(ids), size):
+            done = {"type": "length", "length": len(ids)} if i + size >= len(ids) else None
+            shard.on_frame(frame([("r", ids[i : i + size], done)]))
+        return "".join(item.event.text for item in sink.drain())
+
+    # Prompts after which the first tokens' text is not their own: none (a leading space to
+    # strip, for some), and one ending in the first byte of a character of three.
+    lead = tok.token_to_id("<0xE6>")
+    lead = tok.token_to_id("\u00e6") if lead is None else lead
+    prompts = [tok.encode("> ", add_special_tokens=False), []]
+    if lead is not None:
+        prompts.append([*prompts[0], lead])
+    for prompt in prompts:
+        one = text_in_steps(prompt, 1)
+        assert one.endswith(" and after") and "x = 1" in one, one
+        for size in (2, 3, 7, len(ids)):
+            assert text_in_steps(prompt, size) == one, (name, prompt, size)
 
 
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
