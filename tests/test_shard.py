@@ -698,9 +698,10 @@ MIXED_TEXT = "Hello, wörld! 日本語のテキスト 🙂👍🏽🇫🇷 e\u03
 @pytest.mark.parametrize("name", ALL_NAMES)
 @pytest.mark.parametrize("skip_special", [True, False])
 def test_several_token_steps_on_real_tokenizers_give_one_token_steps_text(name, skip_special):
-    # A step of several tokens a request takes their texts from the decode tables where the
-    # request's stream holds nothing back (and one by one where it does: its first step, a
-    # character still in pieces): what reaches the client is the text of one-token steps.
+    # A step of several tokens a request (merged engine steps) decodes them through the
+    # request's stream, whose tables give a token's text only while it holds nothing back (not
+    # on its first step, nor with a character still in pieces): what reaches the client is the
+    # text of one-token steps.
     tok = real_tokenizer(name)
     special = sorted(tok.special_ids)[:2]
     ids = [*tok.encode(MIXED_TEXT, add_special_tokens=False), *special]
