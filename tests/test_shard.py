@@ -14,7 +14,7 @@ from tokenwire.messages.egress import Done, EgressSink, Error, Frame
 from tokenwire.messages.frames import decode_batch_frame, encode_batch_frame
 from tokenwire.shard import DetokShard
 
-from conftest import ALL_NAMES, examples, real_tokenizer
+from conftest import examples, real_tokenizer
 from helpers import BYTE_EOS, b, byte_tokenizer
 
 
@@ -32,13 +32,21 @@ def frame(rows: Sequence[tuple[str, Sequence[int], dict | None]], prompt: int = 
 class Run:
     """One request through a shard, with a record of engine aborts."""
 
-    def __init__(self, tok: Tokenizer, params: SamplingParams, *, capacity: int = 1024, **kw):
+    def __init__(
+        self,
+        tok: Tokenizer,
+        params: SamplingParams,
+        *,
+        capacity: int = 1024,
+        prompt: Sequence[int] | None = None,
+        **kw,
+    ):
         self.aborted: list[str] = []
         self.shard = DetokShard(self.aborted.append, **kw)
         self.sink = EgressSink(capacity=capacity)
         self.tok = tok
         params.normalize(tok)
-        self.shard.register("r", self.sink, tok, b("> "), params)
+        self.shard.register("r", self.sink, tok, b("> ") if prompt is None else prompt, params)
 
     def step(self, ids: Sequence[int], finish: dict | None = None) -> None:
         self.shard.on_frame(frame([("r", ids, finish)]))
@@ -695,27 +703,25 @@ def _run_sizes(text: str, stops: list[str], sizes: list[int], min_new: int):
 MIXED_TEXT = "Hello, wörld! 日本語のテキスト 🙂👍🏽🇫🇷 e\u0301 ```py\n    x = 1\n``` end  "
 
 
-@pytest.mark.parametrize("name", ALL_NAMES)
 @pytest.mark.parametrize("skip_special", [True, False])
-def test_several_token_steps_on_real_tokenizers_give_one_token_steps_text(name, skip_special):
+def test_several_token_steps_on_real_tokenizers_give_one_token_steps_text(
+    any_tokenizer, skip_special
+):
     # A step of several tokens a request (merged engine steps) decodes them through the
     # request's stream, whose tables give a token's text only while it holds nothing back (not
     # on its first step, nor with a character still in pieces): what reaches the client is the
     # text of one-token steps.
-    tok = real_tokenizer(name)
+    tok = any_tokenizer
     special = sorted(tok.special_ids)[:2]
     ids = [*tok.encode(MIXED_TEXT, add_special_tokens=False), *special]
     ids += tok.encode(" and after", add_special_tokens=False)
 
     def text_in_steps(prompt: list[int], size: int) -> str:
-        shard = DetokShard()
-        sink = EgressSink(capacity=1024)
-        params = SamplingParams(skip_special_tokens=skip_special).normalize(tok)
-        shard.register("r", sink, tok, prompt, params)
+        run = Run(tok, SamplingParams(skip_special_tokens=skip_special), prompt=prompt)
         for i in range(0, len(ids), size):
             done = {"type": "length", "length": len(ids)} if i + size >= len(ids) else None
-            shard.on_frame(frame([("r", ids[i : i + size], done)]))
-        return "".join(item.event.text for item in sink.drain())
+            run.step(ids[i : i + size], done)
+        return "".join(item.event.text for item in run.items())
 
     # Prompts after which the first tokens' text is not their own: none (a leading space to
     # strip, for some), and one ending in the first byte of a character of three.
@@ -728,7 +734,7 @@ def test_several_token_steps_on_real_tokenizers_give_one_token_steps_text(name, 
         one = text_in_steps(prompt, 1)
         assert one.endswith(" and after") and "x = 1" in one, one
         for size in (2, 3, 7, len(ids)):
-            assert text_in_steps(prompt, size) == one, (name, prompt, size)
+            assert text_in_steps(prompt, size) == one, (tok.name, prompt, size)
 
 
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
