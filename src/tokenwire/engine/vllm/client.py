@@ -33,7 +33,6 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-import msgspec
 import zmq
 import zmq.asyncio
 
@@ -1239,12 +1238,11 @@ class _MergedSteps:
             if before is None:
                 by_rid[rid] = o
             else:
-                by_rid[rid] = msgspec.structs.replace(
-                    before,
-                    new_token_ids=before.new_token_ids + o.new_token_ids,
-                    finish_reason=o.finish_reason,
-                    stop_reason=o.stop_reason,
-                )
+                # In place: the earlier step's output is this merge's own (its message's
+                # bookkeeping is done), and a copy per step made merging quadratic.
+                before.new_token_ids += o.new_token_ids
+                before.finish_reason = code
+                before.stop_reason = o.stop_reason
         return finished, tokens, first
 
     def take(self) -> list[wire.EngineCoreOutput]:
