@@ -16,6 +16,7 @@ from hypothesis import strategies as st
 
 from tokenwire import DecodeBatch, DecodeStream, Tokenizer
 from tokenwire.detok.tables import _bytes_to_unicode, decode_table
+from tokenwire.messages.errors import DecodeError
 
 from conftest import ALL_NAMES, GENERIC_ONLY, PATH_CASES, examples, real_tokenizer
 from helpers import FFFD, stream_all
@@ -220,6 +221,39 @@ def test_batch_ragged_and_errors(fast):
     assert slot_c == a  # reused
     texts, errors = batch.step([slot_c], [bad])
     assert texts == [""] and 0 in errors
+
+
+@pytest.mark.parametrize("skip", SKIPS)
+@pytest.mark.parametrize("name", ALL_NAMES)
+def test_push_into_gives_each_tokens_text_as_push_does(name, skip):
+    """``push_into`` (a request's several tokens of one step) appends what ``push`` returns
+    token by token; an id the tokenizer cannot map raises with the texts before it appended,
+    and the slot goes on as ``push`` leaves it."""
+    tok = real_tokenizer(name)
+    ids = corpus_ids(name)[:200]
+    extras = extra_ids(name)
+    gen = [
+        x for i, t in enumerate(ids) for x in ([t, extras[i % len(extras)]] if i % 9 == 4 else [t])
+    ]
+    one, many = (
+        DecodeBatch(tok, skip_special_tokens=skip),
+        DecodeBatch(tok, skip_special_tokens=skip),
+    )
+    a, b = one.add(ids[:5]), many.add(ids[:5])
+    expected = [one.push(a, t) for t in gen]
+    got: list[str] = []
+    for k in range(0, len(gen), 7):
+        many.push_into(b, gen[k : k + 7], got)
+    assert got == expected
+    assert many.flush(b) == one.flush(a)
+    bad = tok.model_vocab_size + 1
+    c, d = one.add(ids[:3]), many.add(ids[:3])
+    before = [one.push(c, t) for t in ids[3:6]]
+    partial: list[str] = []
+    with pytest.raises(DecodeError):
+        many.push_into(d, [*ids[3:6], bad, ids[6]], partial)
+    assert partial == before
+    assert many.push(d, ids[6]) == one.push(c, ids[6])
 
 
 def _byte_ids(tok: Tokenizer) -> list[int] | None:

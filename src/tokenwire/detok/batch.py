@@ -117,6 +117,17 @@ class DecodeBatch:
         finally:
             self._irregular[slot] = stream._irregular or self._table is None
 
+    def push_into(self, slot: int, token_ids: Iterable[int], out: list[str]) -> None:
+        """Several tokens for one slot, in order: each one's text appended to ``out``. On a token
+        the tokenizer cannot map, ``DecodeError`` with ``out`` holding the texts before it."""
+        stream = self.stream(slot)
+        push = stream.push_token
+        try:
+            for token_id in token_ids:
+                out.append(push(token_id))
+        finally:
+            self._irregular[slot] = stream._irregular or self._table is None
+
     def flush(self, slot: int) -> str:
         """End of ``slot``'s stream: whatever it still holds."""
         text = self.stream(slot).flush()

@@ -38,16 +38,14 @@ class GeneralStep:
             fin = finishes[j]
             decode_ids = tokens[:-1] if fin is not None and trims(st, fin, tokens) else tokens
             pieces: list[str] = []
-            for tid in decode_ids:
-                try:
-                    pieces.append(st.batch.push(st.slot, tid))
-                except DecodeError as exc:
-                    # Tokens before the bad one still count and their text is delivered.
-                    if pieces:
-                        self._advance(st, pieces, tokens[: len(pieces)], None, prompt[j], None)
-                    if st.rid in reqs:
-                        self._decode_failed(st, exc, fin)
-                    break
+            try:
+                st.batch.push_into(st.slot, decode_ids, pieces)
+            except DecodeError as exc:
+                # Tokens before the bad one still count and their text is delivered.
+                if pieces:
+                    self._advance(st, pieces, tokens[: len(pieces)], None, prompt[j], None)
+                if st.rid in reqs:
+                    self._decode_failed(st, exc, fin)
             else:
                 pieces += [""] * (len(tokens) - len(decode_ids))
                 self._advance(
