@@ -75,7 +75,7 @@ async def turns(n: int = 4) -> None:
         await asyncio.sleep(0)
 
 
-async def test_items_go_out_in_order_with_the_head_first_and_the_wait_ends_with_the_body():
+async def test_items_go_out_in_order_with_the_head_first_and_the_wait_returns_the_last():
     sink, body, streamer = EgressSink(capacity=8), Body(), Streamer()
     sink.try_send(frame("a", 1))  # waiting before the stream starts
     task = asyncio.create_task(DirectStream(sink, streamer, body, b"head|").wait())
@@ -85,7 +85,9 @@ async def test_items_go_out_in_order_with_the_head_first_and_the_wait_ends_with_
     await turns()
     sink.try_send(done("c", 3))
     await asyncio.wait_for(task, 5)
-    assert b"".join(body.writes) == b"head|a|b|c|"
+    # The final item's bytes are the wait's: the handler sends them as the body's end (one
+    # write with the terminator, not two).
+    assert b"".join(body.writes) == b"head|a|b|" and task.result() == b"c|"
     sink.try_send(frame("late", 4))
     await turns()
     assert b"late" not in b"".join(body.writes)  # over: nothing more is written
@@ -102,7 +104,8 @@ async def test_steps_that_come_while_the_loop_is_busy_go_out_together():
         await asyncio.sleep(0)
     sink.try_send(done("!", 41))
     await asyncio.wait_for(task, 5)
-    assert b"".join(body.writes) == b"".join(f"{k % 10}|".encode() for k in range(40)) + b"!|"
+    written = b"".join(body.writes) + task.result()
+    assert written == b"".join(f"{k % 10}|".encode() for k in range(40)) + b"!|"
     assert len(body.writes) <= 25  # not one write per step
     assert max(streamer.batches) >= 2
 
@@ -117,7 +120,7 @@ async def test_a_step_that_comes_to_an_idle_loop_goes_out_alone():
         assert len(body.writes) == k + 1  # written within a few loop iterations
     sink.try_send(done("", 6))
     await asyncio.wait_for(task, 5)
-    assert body.writes == [b"0|", b"1|", b"2|", b"3|", b"4|", b"|"]
+    assert body.writes == [b"0|", b"1|", b"2|", b"3|", b"4|"] and task.result() == b"|"
 
 
 async def test_nothing_is_taken_while_the_connection_is_paused():
@@ -165,7 +168,7 @@ async def test_an_error_item_is_written_and_ends_the_body():
     sink.try_send(frame("a", 1))
     sink.send_final(Error(DecodeError("bad id")))
     await asyncio.wait_for(task, 5)
-    assert b"".join(body.writes) == b"a|error|"
+    assert b"".join(body.writes) + task.result() == b"a|error|"
 
 
 async def test_a_formatting_failure_is_raised_to_the_handler():

@@ -602,7 +602,7 @@ def test_one_choice_streams_are_written_from_their_sinks_under_tokenwires_protoc
 
     async def counted(self):
         used.append(True)
-        await real(self)
+        return await real(self)
 
     monkeypatch.setattr(DirectStream, "wait", counted)
     one = stream_completion(echo.url, PROMPT, 12)

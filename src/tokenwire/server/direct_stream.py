@@ -5,7 +5,8 @@ wakes for each decode step, formats the step's items and awaits an ASGI ``send``
 tokenwire's own connection protocol (which gives each request a ``BodyWriter``) a response with
 one choice skips all of that: its sink calls ``DirectStream.on_items`` from the one loop callback
 that wakes every stream of a step, which formats the waiting items and writes them to the
-connection at once. The handler's task only waits for the end of the body. After each write the
+connection at once. The handler's task only waits for the end of the body, and sends the body's
+last bytes (the final item's) with the response's end: one write, not two. After each write the
 sink rests for the rest of the loop iteration (``EgressSink.rest``): while steps come back to
 back, a stream writes about every other step, two steps' text at once, as a task woken per step
 would; while the loop is idle, every step goes out as it comes.
@@ -32,9 +33,10 @@ __all__ = ["DirectStream"]
 class DirectStream:
     """Writes ``sink``'s items, as ``streamer`` formats them, through ``body``; ``pending``
     (bytes due before the first items) goes out with the first write. ``wait`` returns once
-    the body is complete (the streamer has closed every choice)."""
+    the streamer has closed every choice, with the bytes of that last batch of items, which it
+    leaves unwritten: the caller sends them as the body's end."""
 
-    __slots__ = ("_body", "_done", "_pending", "_resume", "_sink", "_streamer")
+    __slots__ = ("_body", "_done", "_pending", "_resume", "_sink", "_streamer", "_tail")
 
     def __init__(self, sink: EgressSink, streamer: Any, body: BodyWriter, pending: bytes) -> None:
         self._sink = sink
@@ -43,14 +45,17 @@ class DirectStream:
         self._pending = pending
         self._done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self._resume: asyncio.Future[None] | None = None
+        self._tail = b""
 
-    async def wait(self) -> None:
-        """Stream until the body is complete; ``ClientDisconnected`` if the sink closes first.
-        (Cancelling the wait stops the writes.)"""
+    async def wait(self) -> bytes:
+        """Stream until the streamer has closed every choice; the bytes still to send, as the
+        body's end. ``ClientDisconnected`` if the sink closes first. (Cancelling the wait stops
+        the writes.)"""
         self._sink.attach(self.on_items)
         try:
             self.on_items()  # items may wait already
             await self._done
+            return self._tail
         finally:
             self._sink.detach()
             if self._resume is not None:
@@ -91,10 +96,11 @@ class DirectStream:
         if self._pending:
             data = self._pending + data
             self._pending = b""
-        body.write(data)
         if not streamer.open:
+            self._tail = data  # (the caller's end of the body carries it)
             self._done.set_result(None)
             return
+        body.write(data)
         sink.rest()
 
     async def _when_drained(self) -> None:

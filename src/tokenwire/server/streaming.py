@@ -196,6 +196,7 @@ async def stream(
     gone = watch(rt, receive, subs, gone)
     abandoned = end_when_abandoned(subs)
     alive: KeepAlive | None = None
+    tail = b""  # the body's last bytes, sent with its end
     try:
         if not started:
             await send({"type": "http.response.start", "status": 200, "headers": SSE})
@@ -211,7 +212,7 @@ async def stream(
         if len(subs) == 1 and body is not None:
             # One choice over tokenwire's connection protocol (the common case): written from
             # the sink's wake-up, without a task wake-up and a send per step.
-            await DirectStream(subs[0][2], streamer, body, pending).wait()
+            tail = await DirectStream(subs[0][2], streamer, body, pending).wait()
         elif len(subs) == 1:
             # One choice: wait on its sink directly.
             sink = subs[0][2]
@@ -220,7 +221,9 @@ async def stream(
                 if pending:
                     data = pending + data
                     pending = b""
-                if data:
+                if not streamer.open:
+                    tail = data
+                elif data:
                     await write({"type": "http.response.body", "body": data, "more_body": True})
         else:
             batches = merged(subs)
@@ -228,15 +231,16 @@ async def stream(
                 async for batch in batches:
                     data = pending + streamer.feed(batch)
                     pending = b""
+                    if not streamer.open:
+                        tail = data
+                        break
                     if data:
                         await write({"type": "http.response.body", "body": data, "more_body": True})
-                    if not streamer.open:
-                        break
             finally:
                 await batches.aclose()
         if alive is not None:
             await alive.stop()
-        await send({"type": "http.response.body", "body": b"", "more_body": False})
+        await send({"type": "http.response.body", "body": tail, "more_body": False})
         # A stream that ended in an error event counts as that error's status.
         failed = streamer.failed
         rt.metrics.requests.labels(route, str(failed.status if failed else 200)).inc()
