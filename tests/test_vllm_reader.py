@@ -4,8 +4,11 @@ read in turns, so that a fast engine's streams go out while it runs, not in one 
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import os
 import time
 
+import pytest
 import zmq
 import zmq.asyncio
 
@@ -118,3 +121,43 @@ def test_waiting_steps_are_merged_up_to_a_bound_per_read():
     between = sorted({n for n in seen if 0 < n < STEPS})
     assert len(between) >= STEPS // 64 - 1, seen[:20]
     assert all(b - a <= 64 for a, b in zip([0, *between], [*between, STEPS])), between
+
+
+def _io_threads() -> set[int]:
+    threads = set()
+    for tid in os.listdir("/proc/self/task"):
+        with contextlib.suppress(OSError), open(f"/proc/self/task/{tid}/comm") as f:
+            if f.read().startswith("ZMQbg/IO"):
+                threads.add(int(tid))
+    return threads
+
+
+@pytest.mark.skipif(
+    not hasattr(os, "SCHED_BATCH") or not os.path.isdir("/proc/self/task"),
+    reason="SCHED_BATCH and /proc/self/task are Linux's",
+)
+def test_the_engine_sockets_io_thread_runs_under_sched_batch():
+    """The engine's ZMQ context starts its I/O thread under ``SCHED_BATCH``: sharing a core with
+    the event loop, its wake-ups do not preempt the loop."""
+    before = _io_threads()
+    ctx = vllm_client._context()
+    try:
+        assert ctx.get(zmq.THREAD_SCHED_POLICY) == os.SCHED_BATCH
+        sock = ctx.socket(zmq.PULL)  # (libzmq starts the I/O thread with the first socket)
+        try:
+            started = _io_threads() - before
+            assert started
+            assert {os.sched_getscheduler(t) for t in started} == {os.SCHED_BATCH}
+        finally:
+            sock.close(linger=0)
+    finally:
+        ctx.term()
+    # A plain context keeps the default policy (so the check above can fail).
+    plain = zmq.Context()
+    try:
+        sock = plain.socket(zmq.PULL)
+        started = _io_threads() - before
+        assert started and all(os.sched_getscheduler(t) == os.SCHED_OTHER for t in started)
+        sock.close(linger=0)
+    finally:
+        plain.term()
