@@ -128,18 +128,28 @@ def test_two_api_servers_over_two_engines_with_the_openai_client():
             )
             done.append(r.status_code)
 
-        threads = [threading.Thread(target=one) for _ in range(30)]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join()
-        assert done == [200] * 30
+        def burst() -> list[float]:
+            threads = [threading.Thread(target=one) for _ in range(30)]
+            for t in threads:
+                t.start()
+            for t in threads:
+                t.join()
+            return [
+                metric(srv.url, f'tokenwire_api_server_requests_total{{worker="{i}"}}')
+                for i in (0, 1)
+            ]
+
+        # The kernel picks which worker accepts each connection, and a worker takes every
+        # connection waiting when it wakes: one burst may all go to one worker, a few cannot.
+        bursts = 0
+        per_worker = [0.0, 0.0]
+        while bursts < 5 and (bursts == 0 or min(per_worker) == 0):
+            per_worker = burst()
+            bursts += 1
+        assert done == [200] * 30 * bursts
         # One /metrics for the whole server: nothing counted twice, nothing lost.
-        total = 5 + 30
+        total = 5 + 30 * bursts
         assert metric(srv.url, "tokenwire_requests_total") == total
-        per_worker = [
-            metric(srv.url, f'tokenwire_api_server_requests_total{{worker="{i}"}}') for i in (0, 1)
-        ]
         assert sum(per_worker) == total and min(per_worker) > 0
         assert metric(srv.url, "tokenwire_engines_alive") == 2
         # Embeddings too: the mock engines' vectors are the synthetic engine's.

@@ -123,6 +123,16 @@ def test_waiting_steps_are_merged_up_to_a_bound_per_read():
     assert all(b - a <= 64 for a, b in zip([0, *between], [*between, STEPS])), between
 
 
+def _new_io_threads(before: set[int]) -> set[int]:
+    """The I/O threads started since ``before`` (a thread names itself once it runs: wait)."""
+    deadline = time.monotonic() + 5
+    while True:
+        started = _io_threads() - before
+        if started or time.monotonic() > deadline:
+            return started
+        time.sleep(0.01)
+
+
 def _io_threads() -> set[int]:
     threads = set()
     for tid in os.listdir("/proc/self/task"):
@@ -145,7 +155,7 @@ def test_the_engine_sockets_io_thread_runs_under_sched_batch():
         assert ctx.get(zmq.THREAD_SCHED_POLICY) == os.SCHED_BATCH
         sock = ctx.socket(zmq.PULL)  # (libzmq starts the I/O thread with the first socket)
         try:
-            started = _io_threads() - before
+            started = _new_io_threads(before)
             assert started
             assert {os.sched_getscheduler(t) for t in started} == {os.SCHED_BATCH}
         finally:
@@ -156,7 +166,7 @@ def test_the_engine_sockets_io_thread_runs_under_sched_batch():
     plain = zmq.Context()
     try:
         sock = plain.socket(zmq.PULL)
-        started = _io_threads() - before
+        started = _new_io_threads(before)
         assert started and all(os.sched_getscheduler(t) == os.SCHED_OTHER for t in started)
         sock.close(linger=0)
     finally:
