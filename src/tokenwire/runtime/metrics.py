@@ -19,6 +19,7 @@ import signal
 import time
 from bisect import bisect_left
 from collections.abc import Callable, Iterator, Sequence
+from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, generate_latest
 from prometheus_client.core import (
@@ -165,6 +166,24 @@ class LoopHistogram:
         return []
 
 
+class CachedLabels:
+    """A labelled prometheus-client metric whose ``labels`` keeps each label set's child
+    (prometheus-client's own checks and joins its label values on every call)."""
+
+    __slots__ = ("_children", "metric")
+
+    def __init__(self, metric: Any) -> None:
+        self.metric = metric
+        self._children: dict[tuple[str, ...], Any] = {}
+
+    def labels(self, *values: str) -> Any:
+        """The child of one label set (the metric's own, made on first use)."""
+        child = self._children.get(values)
+        if child is None:
+            child = self._children[values] = self.metric.labels(*values)
+        return child
+
+
 class EngineSeries:
     """The children of one engine's series (``engine`` label), bound once: what the hot paths
     update."""
@@ -238,18 +257,22 @@ class Metrics:
         r = self.registry
         labels = list(_LABELS)
         # ---- tokenwire's own
-        self.requests = Counter(
-            "tokenwire_requests",
-            "HTTP requests by route and status",
-            ["route", "status"],
-            registry=r,
+        self.requests = CachedLabels(
+            Counter(
+                "tokenwire_requests",
+                "HTTP requests by route and status",
+                ["route", "status"],
+                registry=r,
+            )
         )
-        self.request_errors = Counter(
-            "tokenwire_request_errors",
-            "Requests ended by an error, by kind (the error's type; client_stalled: a streaming "
-            "client that stopped reading)",
-            ["error_type"],
-            registry=r,
+        self.request_errors = CachedLabels(
+            Counter(
+                "tokenwire_request_errors",
+                "Requests ended by an error, by kind (the error's type; client_stalled: a "
+                "streaming client that stopped reading)",
+                ["error_type"],
+                registry=r,
+            )
         )
         self.egress_step = LoopHistogram(
             "tokenwire_egress_step_seconds",

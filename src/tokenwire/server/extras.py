@@ -141,6 +141,8 @@ def _off(name: str, value: Any) -> bool:
 
 def check_refused(body: Mapping[str, Any]) -> None:
     """A 400 naming the first ``REFUSED`` field the request sets."""
+    if REFUSED.keys().isdisjoint(body):
+        return
     for name, why in REFUSED.items():
         if name in body and not _off(name, body[name]):
             raise ValidationError(f"{name}: {why} by this server", param=name)
@@ -243,7 +245,10 @@ def engine_fields(
     """The engine-side fields of a request: sampling ones put on ``params``, the others returned
     as ``Plan`` keyword arguments (``cache_salt``, ``data_parallel_rank``, ``session_id``). A
     field the engine does not declare is a 400 naming it."""
-    given = [k for k in ENGINE_FIELDS if body.get(k) is not None and body.get(k) != []]
+    if ENGINE_FIELDS.keys().isdisjoint(body):
+        given = []
+    else:
+        given = [k for k in ENGINE_FIELDS if body.get(k) is not None and body.get(k) != []]
     for name in given:
         if ENGINE_FIELDS[name] not in features.engine_fields:
             raise ValidationError(

@@ -26,6 +26,7 @@
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import hmac
 import ipaddress
@@ -115,6 +116,7 @@ class SecurityConfig:
     allowed_hosts: tuple[str, ...] = ()
 
 
+@functools.lru_cache(maxsize=1024)
 def host_name(value: bytes) -> str:
     """The host of a ``Host`` header (or an origin's ``host[:port]``), without its port,
     lowercased, brackets and a trailing dot removed."""
@@ -126,6 +128,7 @@ def host_name(value: bytes) -> str:
     return text.rstrip(".")
 
 
+@functools.lru_cache(maxsize=1024)
 def _is_loopback(host: str) -> bool:
     if host == "localhost" or host.endswith(".localhost"):
         return True

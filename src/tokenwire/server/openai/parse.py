@@ -85,6 +85,10 @@ _SAMPLING_FIELDS = {
     "include_stop_str_in_output": "no_stop_trim",
 }
 
+_SAMPLING_ITEMS = tuple(_SAMPLING_FIELDS.items())
+#: ``SamplingParams`` name -> the request field it came from (for errors)
+_SAMPLING_NAMES = {internal: external for external, internal in _SAMPLING_FIELDS.items()}
+
 # Accepted, and only meaningful at their default: anything else is refused, not ignored.
 _DEFAULT_ONLY = {
     "suffix": (None, ""),
@@ -255,16 +259,18 @@ def _params(
 ) -> SamplingParams:
     """SamplingParams from OpenAI fields (null means the default: the model's generation
     default, else the API's), normalized and verified."""
-    names = {internal: external for external, internal in _SAMPLING_FIELDS.items()}
+    names = dict(_SAMPLING_NAMES)
     max_key, max_value = _max_tokens(body)
     names["max_new_tokens"] = max_key
     data: dict[str, Any] = {}
     defaults = features.generation_defaults
-    for external, internal in _SAMPLING_FIELDS.items():
-        if body.get(external) is not None:
-            data[internal] = body[external]
-        elif defaults.get(internal) is not None:
-            data[internal] = defaults.get(internal)
+    model_values = defaults.values
+    for external, internal in _SAMPLING_ITEMS:
+        value = body.get(external)
+        if value is None:
+            value = model_values.get(internal)
+        if value is not None:
+            data[internal] = value
     # SGLang's names on its OpenAI routes (stop_regex, no_stop_trim), vLLM's stream_interval
     for name in ("stop_regex", "no_stop_trim", "stream_interval"):
         if body.get(name) is not None:
