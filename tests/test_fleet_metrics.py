@@ -137,14 +137,22 @@ def test_the_endpoint_picker_reads_waiting_running_kv_and_adapters(fleet):
     threads = []
 
     def run(model: str) -> None:
-        body = {"model": model, "prompt": prompt, "max_tokens": 40}
+        body = {"model": model, "prompt": prompt, "max_tokens": 75}
         httpx.post(url + "/v1/completions", json=body, timeout=60)
 
-    for model in (ADAPTER, ADAPTER, MODEL, MODEL, MODEL):
+    def start(model: str) -> None:
         t = threading.Thread(target=run, args=(model,))
         t.start()
         threads.append(t)
-    # three run on the engines (tokenwire's limit), two wait in its queue
+
+    # the two adapter requests and one base one run on the engines (tokenwire's limit is three),
+    # two base ones wait in its queue: sent in that order, each admitted before the next is sent
+    # (threads started together reach the server in any order)
+    for model, running in ((ADAPTER, 1), (ADAPTER, 2), (MODEL, 3)):
+        start(model)
+        wait_until(lambda n=running: len(rt.shard) == n, 30, f"{running} running")
+    start(MODEL)
+    start(MODEL)
     wait_until(lambda: len(rt.shard) == 3 and rt.admission.waiting == 2, 30, "a queue")
 
     def settled() -> bool:  # (the engines report each step's stats)
