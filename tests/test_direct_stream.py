@@ -297,3 +297,128 @@ async def test_body_writer_is_paused_while_the_write_buffer_is_full():
     cycle.flow.write_paused, cycle.disconnected = True, True
     assert not writer.paused  # a lost client is not waited for
     await asyncio.wait_for(writer.drained(), 5)
+
+
+# ---- the response's head goes out with its first body bytes ----------------------------------
+
+
+class Wire:
+    """A connection's transport that records each write (one system call each)."""
+
+    def __init__(self) -> None:
+        self.writes: list[bytes] = []
+        self.closed = False
+
+    def write(self, data: bytes) -> None:
+        self.writes.append(bytes(data))
+
+    def close(self) -> None:
+        self.closed = True
+
+    def is_closing(self) -> bool:
+        return self.closed
+
+    def get_extra_info(self, name: str, default=None):
+        return {"sockname": ("127.0.0.1", 8000), "peername": ("127.0.0.1", 50000)}.get(
+            name, default
+        )
+
+    def pause_reading(self) -> None:
+        pass
+
+    def resume_reading(self) -> None:
+        pass
+
+
+async def _serve_one(app, request: bytes, until=lambda wire: False) -> Wire:
+    """``request`` through tokenwire's connection protocol (uvicorn's request cycle) to ``app``;
+    the transport once the response is complete (or ``until`` holds)."""
+    from uvicorn.server import ServerState
+
+    from tokenwire.server.serving import ConnectionLimits, uvicorn_config
+
+    config = uvicorn_config(app, ConnectionLimits(), lifespan="off", log_level="warning")
+    config.load()
+    proto = config.http_protocol_class(config=config, server_state=ServerState(), app_state={})
+    wire = Wire()
+    proto.connection_made(wire)
+    proto.data_received(request)
+    for _ in range(200):
+        await asyncio.sleep(0)
+        if (proto.cycle is not None and proto.cycle.response_complete) or until(wire):
+            break
+    proto.connection_lost(None)
+    return wire
+
+
+_POST = (
+    b"POST /x HTTP/1.1\r\nhost: t\r\ncontent-type: application/json\r\ncontent-length: 2\r\n\r\n{}"
+)
+
+
+async def test_a_streamed_responses_head_goes_out_with_its_first_chunk():
+    first = asyncio.Event()
+
+    async def app(scope, receive, send):
+        await receive()
+        await send({"type": "http.response.start", "status": 200, "headers": []})
+        await first.wait()
+        await send({"type": "http.response.body", "body": b"one", "more_body": True})
+        await send({"type": "http.response.body", "body": b"two", "more_body": False})
+
+    async def later():
+        await turns(20)
+        first.set()
+
+    waker = asyncio.ensure_future(later())
+    wire = await _serve_one(app, _POST)
+    await waker
+    assert len(wire.writes) == 2, wire.writes
+    assert wire.writes[0].startswith(b"HTTP/1.1 200 OK\r\n")
+    assert wire.writes[0].endswith(b"\r\n\r\n3\r\none\r\n")  # the head, then the first chunk
+    assert wire.writes[1] == b"3\r\ntwo\r\n0\r\n\r\n"
+
+
+async def test_a_whole_response_is_one_write():
+    async def app(scope, receive, send):
+        await receive()
+        await send(
+            {"type": "http.response.start", "status": 200, "headers": [(b"content-length", b"2")]}
+        )
+        await send({"type": "http.response.body", "body": b"{}"})
+
+    wire = await _serve_one(app, _POST)
+    assert len(wire.writes) == 1
+    assert wire.writes[0].startswith(b"HTTP/1.1 200 OK\r\n")
+    assert wire.writes[0].endswith(b"content-length: 2\r\n\r\n{}")
+
+
+async def test_100_continue_goes_at_once_and_a_failed_response_still_sends_its_head():
+    async def app(scope, receive, send):
+        await receive()
+        await send({"type": "http.response.start", "status": 200, "headers": []})
+        raise RuntimeError("the handler failed after the start")
+
+    request = b"POST /x HTTP/1.1\r\nhost: t\r\nexpect: 100-continue\r\ncontent-length: 2\r\n\r\n{}"
+    wire = await _serve_one(app, request, until=lambda w: w.closed)
+    assert wire.writes[0] == b"HTTP/1.1 100 Continue\r\n\r\n"
+    assert wire.writes[1].startswith(b"HTTP/1.1 200 OK\r\n")  # the head, then the close
+    assert wire.closed
+
+
+def test_head_with_body_holds_only_the_first_write_after_the_start():
+    from tokenwire.server.serving import HeadWithBody
+
+    cycle = Cycle()
+    wire = Wire()
+    cycle.transport = held = HeadWithBody(wire, cycle)
+    held.write(b"early")  # not started: at once
+    cycle.response_started = True
+    held.write(b"head")
+    assert wire.writes == [b"early"]
+    held.write(b"body")
+    assert wire.writes == [b"early", b"headbody"]
+    assert cycle.transport is wire  # the cycle writes to its transport itself again
+    held.write(b"late")  # (a stale reference): at once, nothing held
+    assert wire.writes[-1] == b"late"
+    assert held.get_extra_info("peername") == ("127.0.0.1", 50000)

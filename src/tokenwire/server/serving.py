@@ -163,6 +163,10 @@ _OVER_CAPACITY = _raw_response(
 )
 
 
+def _no_cycle() -> None:
+    return None
+
+
 class _Handshaking(asyncio.Protocol):
     """Holds what a TLS connection receives between the end of its handshake and the moment its
     HTTP protocol takes the transport over."""
@@ -181,6 +185,53 @@ class _Handshaking(asyncio.Protocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.lost = (exc,)
+
+
+class HeadWithBody:
+    """A request's transport, as its response sees it: the response's head (its status line and
+    headers, the first write once the response has started) is held and goes out with the
+    response's next write (its body, a streamed response's first chunk, its end), in one system
+    call instead of two. Anything written before the response starts (``100 Continue``) goes at
+    once; closing the transport writes a held head first. Once the head has gone, the request's
+    cycle writes to the transport itself again. (It holds the cycle weakly, as ``BodyWriter``
+    does.)"""
+
+    __slots__ = ("_cycle", "_head", "_transport")
+
+    def __init__(self, transport: Any, cycle: Any) -> None:
+        self._transport = transport
+        self._cycle: Any = weakref.ref(cycle)
+        self._head: bytes | None = None
+
+    def write(self, data: bytes) -> None:
+        """Hold the response's head; write anything else (after a held head)."""
+        head = self._head
+        if head is not None:
+            self._release()
+            self._transport.write(head + data)
+        elif (cycle := self._cycle()) is not None and cycle.response_started:
+            self._head = data
+        else:
+            self._transport.write(data)
+
+    def close(self) -> None:
+        """Write a held head, then close."""
+        head = self._head
+        self._release()
+        if head is not None and not self._transport.is_closing():
+            self._transport.write(head)
+        self._transport.close()
+
+    def _release(self) -> None:
+        """The head has gone: the cycle writes to its transport itself from now on."""
+        self._head = None
+        cycle = self._cycle()
+        if cycle is not None and cycle.transport is self:
+            cycle.transport = self._transport
+        self._cycle = _no_cycle
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._transport, name)
 
 
 #: Seconds a TLS handshake may take when ``header_timeout`` is None (asyncio's default).
@@ -371,6 +422,7 @@ class _LimitedProtocol(HttpToolsProtocol):
         cycle = self.cycle  # the request just parsed (its task has not started yet)
         if cycle is not None and cycle.scope is self.scope:
             self.scope.setdefault("extensions", {})[BODY_WRITER] = BodyWriter(cycle)
+            cycle.transport = HeadWithBody(cycle.transport, cycle)
 
     def on_body(self, body: bytes) -> None:
         if not self._refused:
