@@ -330,9 +330,10 @@ class Wire:
         pass
 
 
-async def _serve_one(app, request: bytes, until=lambda wire: False) -> Wire:
-    """``request`` through tokenwire's connection protocol (uvicorn's request cycle) to ``app``;
-    the transport once the response is complete (or ``until`` holds)."""
+async def _serve_one(app, *parts: bytes, until=lambda wire: False) -> Wire:
+    """A request (its ``parts`` a few turns of the loop apart) through tokenwire's connection
+    protocol (uvicorn's request cycle) to ``app``; the transport once the response is complete
+    (or ``until`` holds)."""
     from uvicorn.server import ServerState
 
     from tokenwire.server.serving import ConnectionLimits, uvicorn_config
@@ -342,7 +343,10 @@ async def _serve_one(app, request: bytes, until=lambda wire: False) -> Wire:
     proto = config.http_protocol_class(config=config, server_state=ServerState(), app_state={})
     wire = Wire()
     proto.connection_made(wire)
-    proto.data_received(request)
+    for k, part in enumerate(parts):
+        if k:
+            await turns(5)
+        proto.data_received(part)
     for _ in range(200):
         await asyncio.sleep(0)
         if (proto.cycle is not None and proto.cycle.response_complete) or until(wire):
@@ -422,3 +426,71 @@ def test_head_with_body_holds_only_the_first_write_after_the_start():
     held.write(b"late")  # (a stale reference): at once, nothing held
     assert wire.writes[-1] == b"late"
     assert held.get_extra_info("peername") == ("127.0.0.1", 50000)
+
+
+async def test_a_body_there_already_is_received_without_a_timer(monkeypatch):
+    from tokenwire.server import limits
+
+    armed: list[float] = []
+    real = limits._timeout_at
+    assert real is not None
+
+    def recording(when: float):
+        armed.append(when)
+        return real(when)
+
+    monkeypatch.setattr(limits, "_timeout_at", recording)
+    bodies: list[bytes] = []
+
+    async def app(scope, receive, send):
+        bounded = limits.bounded_receive(receive, 1 << 20, 5.0)
+        bodies.append(await limits.read_body(bounded))
+        await send(
+            {"type": "http.response.start", "status": 200, "headers": [(b"content-length", b"0")]}
+        )
+        await send({"type": "http.response.body", "body": b""})
+
+    await _serve_one(app, _POST)  # the body came with the headers
+    assert bodies == [b"{}"] and armed == []
+
+    # A body that comes later is waited for under the deadline.
+    await _serve_one(app, _POST[:-2], _POST[-2:])
+    assert bodies == [b"{}", b"{}"] and len(armed) == 1
+
+
+async def test_the_disconnect_future_is_plain_and_the_connection_resolves_it():
+    from tokenwire.server import limits
+    from tokenwire.server.http import disconnected
+
+    seen: dict = {}
+    hold = asyncio.Event()
+
+    async def app(scope, receive, send):
+        bounded = limits.bounded_receive(receive, 1 << 20, 5.0)
+        await limits.read_body(bounded)
+        seen["gone"] = disconnected(bounded)
+        await send({"type": "http.response.start", "status": 200, "headers": []})
+        await hold.wait()
+
+    await _serve_one(app, _POST, until=lambda w: "gone" in seen)
+    gone = seen["gone"]
+    assert not isinstance(gone, asyncio.Task)  # no task per request
+    await turns()
+    assert gone.done() and gone.result() is None  # the connection was lost
+    hold.set()
+
+
+async def test_the_disconnect_watch_reads_a_body_still_coming():
+    from tokenwire.server.http import disconnected
+
+    seen: dict = {}
+
+    async def app(scope, receive, send):
+        seen["gone"] = disconnected(receive)  # before the body has arrived whole
+        await asyncio.sleep(0)
+
+    await _serve_one(app, _POST[:-1], until=lambda w: "gone" in seen)
+    gone = seen["gone"]
+    assert isinstance(gone, asyncio.Task)
+    await turns()
+    assert gone.done()

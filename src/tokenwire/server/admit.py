@@ -22,7 +22,7 @@ from tokenwire.messages.errors import ClientDisconnected, TokenwireError
 from tokenwire.runtime import Plan, Runtime
 from tokenwire.server.errors import ErrorDialect
 from tokenwire.server.guard import passing
-from tokenwire.server.http import SSE, current_scope, send_error, wait_disconnect
+from tokenwire.server.http import SSE, current_scope, disconnected, send_error
 from tokenwire.server.keys import KeyRing
 from tokenwire.server.quotas import Quotas, Ticket
 from tokenwire.server.security import ApiKey, request_key
@@ -178,7 +178,7 @@ async def admit(
         return None
     headers = ticket.headers() if ticket is not None else []
     send = _with_headers(send, headers)
-    gone = asyncio.ensure_future(wait_disconnect(receive))
+    gone = disconnected(receive)
     interval = gate.keep_alive if gate is not None else 0.0
     on_finish = gate.on_finish(key, ticket) if gate is not None else None
     started = False

@@ -4,6 +4,7 @@ reading a JSON body."""
 
 from __future__ import annotations
 
+import asyncio
 import contextvars
 import logging
 from typing import Any
@@ -30,6 +31,8 @@ __all__ = [
     "send_error",
     "sse",
     "wait_disconnect",
+    "disconnected",
+    "GONE_ATTR",
 ]
 
 _json = msgspec.json.Encoder()
@@ -108,6 +111,28 @@ def header(scope: dict | None, name: bytes) -> str | None:
 async def wait_disconnect(receive: Any) -> None:
     while (await receive())["type"] != "http.disconnect":
         pass
+
+
+#: The attribute under which tokenwire's connection protocol keeps the futures
+#: ``disconnected`` gave for a request cycle (a list; ``serving._LimitedProtocol`` resolves them).
+GONE_ATTR = "tokenwire_gone"
+
+
+def disconnected(receive: Any) -> asyncio.Future[None]:
+    """A future done when the client goes away. Over tokenwire's connection protocol, once the
+    request's body has arrived whole, a plain future its connection resolves (no task per
+    request); else a task reading ``receive`` until the disconnect. Cancel it once the response
+    is over."""
+    cycle = getattr(getattr(receive, "inner", receive), "__self__", None)
+    futures = getattr(cycle, GONE_ATTR, None) if cycle is not None else None
+    if futures is not None and cycle.more_body is False:
+        fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        if cycle.disconnected:
+            fut.set_result(None)
+        else:
+            futures.append(fut)
+        return fut
+    return asyncio.ensure_future(wait_disconnect(receive))
 
 
 async def read_json(receive: Any) -> Any:

@@ -18,6 +18,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
 
 import msgspec
+from uvicorn.protocols.http.httptools_impl import RequestResponseCycle
 
 from tokenwire.messages.errors import (
     ClientDisconnected,
@@ -73,6 +74,13 @@ def check_content_length(scope: dict, limit: int | None) -> None:
 _timeout_at = getattr(asyncio, "timeout_at", None)
 
 
+def arrived(receive: Any) -> bool:
+    """Whether ``receive`` returns at once: it is a request's own ``receive`` under uvicorn, and
+    what it returns next is there (the body, or the client's going)."""
+    cycle = getattr(receive, "__self__", None)
+    return type(cycle) is RequestResponseCycle and cycle.message_event.is_set()
+
+
 def bounded_receive(receive: Any, limit: int | None, timeout: float | None) -> Any:
     """``receive`` that refuses a body past ``limit`` bytes (``PayloadTooLargeError``) or slower
     than ``timeout`` seconds in all (``RequestTimeoutError``); past the body it passes through."""
@@ -83,8 +91,8 @@ def bounded_receive(receive: Any, limit: int | None, timeout: float | None) -> A
     async def bounded() -> dict:
         if state["done"]:
             return await receive()
-        if timeout is None:
-            message = await receive()
+        if timeout is None or arrived(receive):
+            message = await receive()  # (no timer for a body there already)
         else:
             loop = asyncio.get_running_loop()
             if state["deadline"] is None:
@@ -110,6 +118,7 @@ def bounded_receive(receive: Any, limit: int | None, timeout: float | None) -> A
             state["done"] = True
         return message
 
+    bounded.inner = receive  # type: ignore[attr-defined]  # (``http.disconnected`` reads it)
     return bounded
 
 

@@ -45,7 +45,7 @@ from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 from tokenwire.messages.errors import QueueFullError, RequestTimeoutError, ValidationError
 from tokenwire.server.accept import Acceptor, drive, wants_acceptor
 from tokenwire.server.errors import error_body
-from tokenwire.server.http import encode
+from tokenwire.server.http import GONE_ATTR, encode
 
 __all__ = [
     "BODY_WRITER",
@@ -360,6 +360,9 @@ class _LimitedProtocol(HttpToolsProtocol):
             if cycle is not None and not cycle.response_complete:
                 cycle.disconnected = True
                 cycle.message_event.set()
+                for gone in getattr(cycle, GONE_ATTR, None) or ():
+                    if not gone.done():
+                        gone.set_result(None)
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._disarm()
@@ -423,6 +426,7 @@ class _LimitedProtocol(HttpToolsProtocol):
         if cycle is not None and cycle.scope is self.scope:
             self.scope.setdefault("extensions", {})[BODY_WRITER] = BodyWriter(cycle)
             cycle.transport = HeadWithBody(cycle.transport, cycle)
+            setattr(cycle, GONE_ATTR, [])  # (see ``http.disconnected``)
 
     def on_body(self, body: bytes) -> None:
         if not self._refused:

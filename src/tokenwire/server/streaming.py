@@ -26,10 +26,10 @@ from tokenwire.server.guard import direct
 from tokenwire.server.http import (
     SSE,
     current_scope,
+    disconnected,
     encode,
     respond,
     send_error,
-    wait_disconnect,
 )
 from tokenwire.server.keepalive import KeepAlive
 from tokenwire.server.observe import RequestRecord, current_record
@@ -167,7 +167,7 @@ def watch(
     """Abort every choice the moment the client disconnects (``gone``: the disconnect already
     watched)."""
     if gone is None:
-        gone = asyncio.ensure_future(wait_disconnect(receive))
+        gone = disconnected(receive)
 
     def on_gone(fut: asyncio.Future[None]) -> None:
         if not fut.cancelled() and fut.exception() is None:

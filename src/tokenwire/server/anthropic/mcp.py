@@ -25,7 +25,7 @@ from tokenwire.server.anthropic.output import (
 )
 from tokenwire.server.anthropic.request import RENAMES, McpServer, MessagesRequest
 from tokenwire.server.as_chat import SplitOutput, parse_as_chat
-from tokenwire.server.http import SSE, current_scope, encode, respond, send_error, wait_disconnect
+from tokenwire.server.http import SSE, current_scope, disconnected, encode, respond, send_error
 from tokenwire.server.mcp import McpEndpoint, McpFailure, call_tool, list_tools, missing_sdk
 from tokenwire.server.security import client_key
 from tokenwire.server.streaming import Tracker, count_finish
@@ -263,7 +263,7 @@ async def serve_mcp(
             raise
 
     task = asyncio.ensure_future(work())
-    gone = asyncio.ensure_future(wait_disconnect(receive))
+    gone = disconnected(receive)
     try:
         await asyncio.wait({task, gone}, return_when=asyncio.FIRST_COMPLETED)
     finally:

@@ -13,11 +13,11 @@ from tokenwire.messages.errors import ClientDisconnected, QueueFullError, Tokenw
 from tokenwire.server import limits
 from tokenwire.server.http import (
     current_scope,
+    disconnected,
     header,
     respond,
     route_of,
     send_error,
-    wait_disconnect,
 )
 from tokenwire.server.pooling.requests import (
     PoolingCall,
@@ -74,7 +74,7 @@ async def _serve(
         await send_error(rt.metrics, send, err, route)
         return
     # The client going away drops the job (its future is cancelled): nothing is left running.
-    gone = asyncio.ensure_future(wait_disconnect(receive))
+    gone = disconnected(receive)
     gone.add_done_callback(lambda f: f.cancelled() or f.exception() or rt.pooling.drop(job))
     ok = False
     try:

@@ -26,7 +26,7 @@ from tokenwire.server import limits
 from tokenwire.server.as_chat import SplitOutput, parse_as_chat
 from tokenwire.server.errors import OPENAI_ERRORS, NotFound, error_body
 from tokenwire.server.guard import GENERIC_ERROR
-from tokenwire.server.http import current_scope, encode, respond, send_error, wait_disconnect
+from tokenwire.server.http import current_scope, disconnected, encode, respond, send_error
 from tokenwire.server.mcp import McpEndpoint, missing_sdk
 from tokenwire.server.responses.agent import Agent, plan_within_context
 from tokenwire.server.responses.output import (
@@ -427,7 +427,7 @@ async def _agent(app: App, agent: Agent, receive: Any, send: Any, release: Any) 
             return None
 
     task = asyncio.ensure_future(agent.run(emit))
-    gone = asyncio.ensure_future(wait_disconnect(receive))
+    gone = disconnected(receive)
     try:
         await asyncio.wait({task, gone}, return_when=asyncio.FIRST_COMPLETED)
     finally:
