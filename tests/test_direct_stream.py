@@ -494,3 +494,16 @@ async def test_the_disconnect_watch_reads_a_body_still_coming():
     assert isinstance(gone, asyncio.Task)
     await turns()
     assert gone.done()
+
+
+async def test_a_response_to_head_sends_its_head_once_complete():
+    async def app(scope, receive, send):
+        await send(
+            {"type": "http.response.start", "status": 200, "headers": [(b"content-length", b"2")]}
+        )
+        await send({"type": "http.response.body", "body": b"{}"})
+
+    wire = await _serve_one(app, b"HEAD /health HTTP/1.1\r\nhost: t\r\n\r\n")
+    assert len(wire.writes) == 1  # before the connection closes
+    assert wire.writes[0].startswith(b"HTTP/1.1 200 OK\r\n")
+    assert wire.writes[0].endswith(b"content-length: 2\r\n\r\n")  # no body to HEAD

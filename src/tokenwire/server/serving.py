@@ -214,12 +214,16 @@ class HeadWithBody:
         else:
             self._transport.write(data)
 
-    def close(self) -> None:
-        """Write a held head, then close."""
+    def flush(self) -> None:
+        """Write a held head (a response with no body bytes to write: to ``HEAD``)."""
         head = self._head
         self._release()
         if head is not None and not self._transport.is_closing():
             self._transport.write(head)
+
+    def close(self) -> None:
+        """Write a held head, then close."""
+        self.flush()
         self._transport.close()
 
     def _release(self) -> None:
@@ -437,6 +441,9 @@ class _LimitedProtocol(HttpToolsProtocol):
             super().on_message_complete()
 
     def on_response_complete(self) -> None:
+        cycle = self._active  # (the response just completed: a pipelined next one starts below)
+        if cycle is not None and type(cycle.transport) is HeadWithBody:
+            cycle.transport.flush()  # (a response to HEAD writes no body)
         super().on_response_complete()  # arms uvicorn's keep-alive (idle) timeout
 
     def send_400_response(self, msg: str) -> None:
