@@ -119,3 +119,26 @@ def test_serve_announces_itself_once_the_socket_accepts():
     finally:
         proc.terminate()
         proc.wait(10)
+
+
+def test_no_access_line_is_made_while_its_logger_takes_no_info(caplog, monkeypatch):
+    """Below INFO (``--log-level warning``) the access log writes nothing, so no request pays for
+    its line; at INFO each request gets one."""
+    from tokenwire.server import access_log
+
+    made: list[int] = []
+    real = access_log.access_line
+
+    def counting(*args, **kwargs):
+        made.append(1)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(access_log, "access_line", counting)
+    with serve(SyntheticConfig(output="echo", step_time=0.0)) as s:
+        with caplog.at_level(logging.WARNING, logger="tokenwire.access"):
+            httpx.get(s.url + "/health")
+            assert made == []
+        with caplog.at_level(logging.INFO, logger="tokenwire.access"):
+            httpx.get(s.url + "/health")
+    assert made == [1]
+    assert [r for r in caplog.records if r.name == "tokenwire.access"]

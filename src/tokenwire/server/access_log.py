@@ -13,7 +13,7 @@ from typing import Any
 from tokenwire.server.guard import passing
 from tokenwire.server.security import request_key
 
-__all__ = ["STREAM_ERROR", "access_line", "logged"]
+__all__ = ["STREAM_ERROR", "access_line", "enabled", "logged"]
 
 #: The ASGI scope key a response sets to the status of the error event its stream ended with.
 STREAM_ERROR = "tokenwire.stream_error"
@@ -39,6 +39,12 @@ def access_line(scope: dict[str, Any], status: int | None, seconds: float) -> st
     line = f'{who} - "{method} {path} HTTP/{version}" {shown} {seconds * 1e3:.1f}ms'
     key = request_key(scope)
     return line if key is None else f"{line} key={key.name}"
+
+
+def enabled() -> bool:
+    """Whether the access log's lines are written (its logger takes INFO): when they are not, a
+    request is served without ``logged``'s wrapper, and no line is made for nobody."""
+    return log.isEnabledFor(logging.INFO)
 
 
 async def logged(app: Any, scope: dict[str, Any], receive: Any, send: Any) -> None:

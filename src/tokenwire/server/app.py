@@ -134,7 +134,7 @@ class App:
                 scope = _below_root(scope)
             if self._observing:
                 await self._observed(scope, receive, send)
-            elif self.config.access_log:
+            elif self.config.access_log and access_log.enabled():
                 await access_log.logged(self._guarded, scope, receive, send)
             else:
                 await self._guarded(scope, receive, send)
@@ -157,7 +157,7 @@ class App:
             await send(message)
 
         try:
-            if self.config.access_log:
+            if self.config.access_log and access_log.enabled():
                 await access_log.logged(self._guarded, scope, receive, passing(seen, send))
             else:
                 await self._guarded(scope, receive, passing(seen, send))
