@@ -4,6 +4,7 @@ and are ended (engine slot freed, connection closed) once they have read nothing
 from __future__ import annotations
 
 import json
+import socket
 import time
 
 import httpx
@@ -36,15 +37,15 @@ def _reading_stream(url: str, tokens: int) -> float:
 
 def _dechunked(response: bytes) -> bytes:
     """The body of a raw HTTP/1.1 response in chunked transfer coding."""
-    rest = response.split(b"\r\n\r\n", 1)[1]
-    body = b""
+    at = response.index(b"\r\n\r\n") + 4
+    body = bytearray()
     while True:
-        size, rest = rest.split(b"\r\n", 1)
-        n = int(size, 16)
+        line_end = response.index(b"\r\n", at)
+        n = int(response[at:line_end], 16)
         if not n:
-            return body
-        body += rest[:n]
-        rest = rest[n + 2 :]
+            return bytes(body)
+        body += response[line_end + 2 : line_end + 2 + n]
+        at = line_end + 2 + n + 2
 
 
 def _stalled(s, n: int) -> bool:
@@ -108,18 +109,24 @@ def test_a_client_that_pauses_then_reads_on_gets_its_whole_stream():
         "text": "Hi",
         "sampling_params": {"max_new_tokens": 1500, "ignore_eos": True, "sampling_seed": 7},
     }
-    with serve(SyntheticConfig(output="random", step_time=0.0005), stall_timeout=None) as s:
+    # The stall comes once the connection's buffers hold some 4 MB, about 730 steps into this
+    # stream while the server keeps up with the engine. A step of 1 ms keeps the engine from
+    # outrunning a busy server (whose merged chunks repeat the text less often, so the stream
+    # could end before the buffers fill).
+    with serve(SyntheticConfig(output="random", step_time=0.001), stall_timeout=None) as s:
         whole = httpx.post(s.url + "/generate", json=request, timeout=60).json()
         body = json.dumps({**request, "stream": True}).encode()
         sock = raw_request(s.port, "POST", "/generate", body, rcvbuf=4096)
         try:
             assert wait_until(lambda: _stalled(s, 1), 60)  # the client's socket is full
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 1 << 20)  # reading at speed
             sock.settimeout(30)
-            data = b""
+            received = bytearray()
             while chunk := sock.recv(1 << 20):  # reading on, to the end of the stream
-                data += chunk
-                if data.endswith(b"0\r\n\r\n"):
+                received += chunk
+                if received.endswith(b"0\r\n\r\n"):
                     break
+            data = bytes(received)
         finally:
             sock.close()
     events = [e for e in _dechunked(data).split(b"\n\n") if e.startswith(b"data: {")]
