@@ -171,3 +171,62 @@ def test_the_engine_sockets_io_thread_runs_under_sched_batch():
         sock.close(linger=0)
     finally:
         plain.term()
+
+
+def test_the_reader_waits_on_the_socket_between_steps_without_raising_or_spinning(monkeypatch):
+    """Steps that arrive one at a time, the reader waiting for each: every one is read as it
+    comes; no read raises ``zmq.Again`` (the reader asks the socket whether a message waits
+    first); and while nothing comes the reader takes no CPU (it waits on the socket's descriptor,
+    not in a loop)."""
+    raised: list[int] = []
+    init = zmq.ZMQError.__init__
+
+    def counting(self, *args, **kwargs):
+        raised.append(1)
+        init(self, *args, **kwargs)
+
+    monkeypatch.setattr(zmq.ZMQError, "__init__", counting)
+
+    async def main() -> tuple[list[int], float]:
+        ctx = zmq.asyncio.Context()
+        push = ctx.socket(zmq.PUSH)
+        pull = ctx.socket(zmq.PULL)
+        try:
+            push.bind("inproc://paced")
+            pull.connect("inproc://paced")
+            engine = VllmEngine(Tokenizer.default(), VllmEngineConfig())
+            tokens: list[int] = []
+            arrived = asyncio.Event()
+
+            def output(frame) -> None:
+                tokens.extend(frame.token_ids)
+                arrived.set()
+
+            engine._output = output
+            engine._output_sock = pull
+            engine._prompt_lens["r0"] = 3
+            engine._max_tokens["r0"] = None
+            reader = asyncio.ensure_future(engine._read_outputs())
+            try:
+                await asyncio.sleep(0.05)
+                for k in range(50):
+                    arrived.clear()
+                    msg = wire.outputs_for_step(0, [("r0", [k], None, None)])
+                    await push.send(wire.encode_outputs(msg))
+                    await asyncio.wait_for(arrived.wait(), 5)
+                before = time.process_time()
+                await asyncio.sleep(0.3)  # nothing comes
+                idle = time.process_time() - before
+            finally:
+                reader.cancel()
+                await asyncio.gather(reader, return_exceptions=True)
+            return tokens, idle
+        finally:
+            push.close(linger=0)
+            pull.close(linger=0)
+            ctx.term()
+
+    tokens, idle = asyncio.run(main())
+    assert tokens == list(range(50))
+    assert not raised
+    assert idle < 0.1, idle

@@ -685,35 +685,57 @@ class VllmEngine:
             log.info("%s", line)
 
     async def _read_outputs(self) -> None:
+        """Read the output socket until cancelled. It waits on the socket's file descriptor
+        itself (a loop reader and one future a wait) and asks the socket whether a message is
+        waiting before each read, rather than through pyzmq's asyncio ``poll`` (a poller and
+        futures a wait) and a read that raises ``Again`` when none is: at one or a few streams
+        every engine step is a wait of its own."""
         assert self._output_sock is not None and self._output is not None
-        sock = self._output_sock
-        sync = zmq.Socket.shadow(sock.underlying)
+        sync = zmq.Socket.shadow(self._output_sock.underlying)
+        loop = asyncio.get_running_loop()
+        fd = sync.getsockopt(zmq.FD)
+        wake: list[asyncio.Future[None] | None] = [None]
+
+        def readable() -> None:
+            # The descriptor signals that the socket's state may have changed; whether a message
+            # is waiting is for ``EVENTS`` to say (asking it also clears the signal).
+            waiter = wake[0]
+            if waiter is not None and not waiter.done():
+                waiter.set_result(None)
+
+        recv = sync.recv_multipart
+        events = sync.getsockopt
         on_message = self.on_message
         on_messages = self.on_messages
+        loop.add_reader(fd, readable)
         try:
+            turn_ends = time.perf_counter() + _READ_TURN
             while True:
-                await sock.poll(flags=zmq.POLLIN)
-                turn_ends = time.perf_counter() + _READ_TURN
-                while True:
-                    waiting: list[list[Any]] = []
-                    try:
-                        while len(waiting) < _MAX_MERGED:
-                            frames = sync.recv_multipart(zmq.NOBLOCK, copy=False)
-                            waiting.append([f.buffer for f in frames])
-                    except zmq.Again:
-                        pass
-                    if not waiting:
-                        break
-                    if len(waiting) == 1:
-                        on_message(waiting[0])
-                    else:
-                        on_messages(waiting)
-                    now = time.perf_counter()
-                    if now >= turn_ends:
-                        await asyncio.sleep(0)
-                        # The next turn lasts as long as the others took (within bounds).
-                        after = time.perf_counter()
-                        turn_ends = after + min(max(_READ_TURN, after - now), _MAX_READ_TURN)
+                if not events(zmq.EVENTS) & zmq.POLLIN:
+                    waiter = wake[0] = loop.create_future()
+                    await waiter
+                    wake[0] = None
+                    turn_ends = time.perf_counter() + _READ_TURN
+                    continue
+                waiting: list[list[Any]] = []
+                try:
+                    while len(waiting) < _MAX_MERGED and events(zmq.EVENTS) & zmq.POLLIN:
+                        waiting.append([f.buffer for f in recv(zmq.NOBLOCK, copy=False)])
+                except zmq.Again:  # (not expected once EVENTS says a message is waiting)
+                    pass
+                if not waiting:
+                    continue
+                if len(waiting) == 1:
+                    on_message(waiting[0])
+                else:
+                    on_messages(waiting)
+                now = time.perf_counter()
+                if now >= turn_ends and events(zmq.EVENTS) & zmq.POLLIN:
+                    # More is waiting, and the turn is over: the streams run first.
+                    await asyncio.sleep(0)
+                    # The next turn lasts as long as the others took (within bounds).
+                    after = time.perf_counter()
+                    turn_ends = after + min(max(_READ_TURN, after - now), _MAX_READ_TURN)
         except asyncio.CancelledError:
             raise
         except Exception as exc:  # the socket broke: nothing more can arrive
@@ -721,6 +743,9 @@ class VllmEngine:
                 log.exception("reading engine outputs failed")
                 for core in self._cores:
                     self._core_died(core, f"engine output socket failed: {exc}")
+        finally:
+            with contextlib.suppress(Exception):
+                loop.remove_reader(fd)
 
     def on_message(self, frames: list[Any]) -> None:
         """One message from the output socket (its frames' buffers): an engine step's outputs
