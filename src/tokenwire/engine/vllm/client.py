@@ -711,27 +711,25 @@ class VllmEngine:
         try:
             turn_ends = time.perf_counter() + _READ_TURN
             while True:
-                if not events(zmq.EVENTS) & zmq.POLLIN:
-                    waiter = wake[0] = loop.create_future()
-                    await waiter
-                    wake[0] = None
-                    turn_ends = time.perf_counter() + _READ_TURN
-                    continue
                 waiting: list[list[Any]] = []
                 try:
                     while len(waiting) < _MAX_MERGED and events(zmq.EVENTS) & zmq.POLLIN:
                         waiting.append([f.buffer for f in recv(zmq.NOBLOCK, copy=False)])
                 except zmq.Again:  # (not expected once EVENTS says a message is waiting)
                     pass
-                if not waiting:
-                    continue
                 if len(waiting) == 1:
                     on_message(waiting[0])
-                else:
+                elif waiting:
                     on_messages(waiting)
-                now = time.perf_counter()
-                if now >= turn_ends and events(zmq.EVENTS) & zmq.POLLIN:
-                    # More is waiting, and the turn is over: the streams run first.
+                if len(waiting) < _MAX_MERGED:
+                    # The socket had nothing more: wait for its descriptor (what came since
+                    # signals it). Each question to the socket is a system call or two.
+                    waiter = wake[0] = loop.create_future()
+                    await waiter
+                    wake[0] = None
+                    turn_ends = time.perf_counter() + _READ_TURN
+                elif (now := time.perf_counter()) >= turn_ends:
+                    # More may be waiting, and the turn is over: the streams run first.
                     await asyncio.sleep(0)
                     # The next turn lasts as long as the others took (within bounds).
                     after = time.perf_counter()
