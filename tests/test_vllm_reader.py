@@ -230,3 +230,40 @@ def test_the_reader_waits_on_the_socket_between_steps_without_raising_or_spinnin
     assert tokens == list(range(50))
     assert not raised
     assert idle < 0.1, idle
+
+
+def test_a_failure_while_reading_ends_the_reader_and_fails_the_engines():
+    """What reading raises (here, handling a message) ends the reader and marks every engine
+    gone, rather than vanishing in a loop callback and leaving the requests waiting."""
+
+    async def main() -> list[str]:
+        ctx = zmq.asyncio.Context()
+        push = ctx.socket(zmq.PUSH)
+        pull = ctx.socket(zmq.PULL)
+        try:
+            push.bind("inproc://failing")
+            pull.connect("inproc://failing")
+            engine = VllmEngine(Tokenizer.default(), VllmEngineConfig())
+            died: list[str] = []
+            engine._output = lambda frame: None
+            engine._output_sock = pull
+            engine._cores = ["core"]  # type: ignore[list-item]
+            engine._core_died = lambda core, why: died.append(f"{core}: {why}")  # type: ignore[method-assign]
+
+            def failing(frames):
+                raise RuntimeError("boom")
+
+            engine.on_message = failing  # type: ignore[method-assign]
+            reader = asyncio.ensure_future(engine._read_outputs())
+            await asyncio.sleep(0.05)
+            assert not reader.done()
+            msg = wire.outputs_for_step(0, [("r0", [1], None, None)])
+            await push.send(wire.encode_outputs(msg))
+            await asyncio.wait_for(reader, 5)
+            return died
+        finally:
+            push.close(linger=0)
+            pull.close(linger=0)
+            ctx.term()
+
+    assert asyncio.run(main()) == ["core: engine output socket failed: boom"]
