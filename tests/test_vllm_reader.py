@@ -7,6 +7,8 @@ import asyncio
 import contextlib
 import os
 import time
+from collections.abc import AsyncIterator
+from typing import Any
 
 import pytest
 import zmq
@@ -18,6 +20,28 @@ from tokenwire.engine.vllm import client as vllm_client
 from tokenwire.engine.vllm import protocol as wire
 
 STEPS = 400
+
+
+@contextlib.asynccontextmanager
+async def _engine_on_a_pipe(rids: list[str]) -> AsyncIterator[tuple[VllmEngine, Any]]:
+    """A ``VllmEngine`` reading the PULL end of an in-process pipe as its output socket, with
+    ``rids`` in flight; yields it and the PUSH end."""
+    ctx = zmq.asyncio.Context()
+    push = ctx.socket(zmq.PUSH)
+    pull = ctx.socket(zmq.PULL)
+    try:
+        push.bind("inproc://outputs")
+        pull.connect("inproc://outputs")
+        engine = VllmEngine(Tokenizer.default(), VllmEngineConfig())
+        engine._output_sock = pull
+        for rid in rids:
+            engine._prompt_lens[rid] = 3
+            engine._max_tokens[rid] = None
+        yield engine, push
+    finally:
+        push.close(linger=0)
+        pull.close(linger=0)
+        ctx.term()
 
 
 def _read_queued(
@@ -32,21 +56,11 @@ def _read_queued(
     The reader takes at most ``merged`` messages at once (1: each message is its own read)."""
 
     async def main() -> tuple[int, list[int]]:
-        ctx = zmq.asyncio.Context()
-        push = ctx.socket(zmq.PUSH)
-        pull = ctx.socket(zmq.PULL)
-        try:
-            push.bind("inproc://outputs")
-            pull.connect("inproc://outputs")
-            engine = VllmEngine(Tokenizer.default(), VllmEngineConfig())
+        rids = [f"r{i}" for i in range(8)]
+        async with _engine_on_a_pipe(rids) as (engine, push):
             steps: list[int] = []
             # (steps merged into one count as the steps they were: 8 tokens each)
             engine._output = lambda frame: steps.extend([1] * (len(frame.token_ids) // 8))
-            engine._output_sock = pull
-            rids = [f"r{i}" for i in range(8)]
-            for rid in rids:
-                engine._prompt_lens[rid] = 3
-                engine._max_tokens[rid] = None
             for k in range(STEPS):
                 msg = wire.outputs_for_step(0, [(rid, [k % 100], None, None) for rid in rids])
                 await asyncio.wait_for(push.send(wire.encode_outputs(msg)), 5)
@@ -67,10 +81,6 @@ def _read_queued(
                 reader.cancel()
                 await asyncio.gather(reader, return_exceptions=True)
             return len(steps), seen
-        finally:
-            push.close(linger=0)
-            pull.close(linger=0)
-            ctx.term()
 
     saved = vllm_client._READ_TURN, vllm_client._MAX_READ_TURN, vllm_client._MAX_MERGED
     vllm_client._READ_TURN, vllm_client._MAX_READ_TURN = turn, longest
@@ -188,13 +198,7 @@ def test_the_reader_waits_on_the_socket_between_steps_without_raising_or_spinnin
     monkeypatch.setattr(zmq.ZMQError, "__init__", counting)
 
     async def main() -> tuple[list[int], float]:
-        ctx = zmq.asyncio.Context()
-        push = ctx.socket(zmq.PUSH)
-        pull = ctx.socket(zmq.PULL)
-        try:
-            push.bind("inproc://paced")
-            pull.connect("inproc://paced")
-            engine = VllmEngine(Tokenizer.default(), VllmEngineConfig())
+        async with _engine_on_a_pipe(["r0"]) as (engine, push):
             tokens: list[int] = []
             arrived = asyncio.Event()
 
@@ -203,9 +207,6 @@ def test_the_reader_waits_on_the_socket_between_steps_without_raising_or_spinnin
                 arrived.set()
 
             engine._output = output
-            engine._output_sock = pull
-            engine._prompt_lens["r0"] = 3
-            engine._max_tokens["r0"] = None
             reader = asyncio.ensure_future(engine._read_outputs())
             try:
                 await asyncio.sleep(0.05)
@@ -221,10 +222,6 @@ def test_the_reader_waits_on_the_socket_between_steps_without_raising_or_spinnin
                 reader.cancel()
                 await asyncio.gather(reader, return_exceptions=True)
             return tokens, idle
-        finally:
-            push.close(linger=0)
-            pull.close(linger=0)
-            ctx.term()
 
     tokens, idle = asyncio.run(main())
     assert tokens == list(range(50))
@@ -237,16 +234,9 @@ def test_a_failure_while_reading_ends_the_reader_and_fails_the_engines():
     gone, rather than vanishing in a loop callback and leaving the requests waiting."""
 
     async def main() -> list[str]:
-        ctx = zmq.asyncio.Context()
-        push = ctx.socket(zmq.PUSH)
-        pull = ctx.socket(zmq.PULL)
-        try:
-            push.bind("inproc://failing")
-            pull.connect("inproc://failing")
-            engine = VllmEngine(Tokenizer.default(), VllmEngineConfig())
+        async with _engine_on_a_pipe(["r0"]) as (engine, push):
             died: list[str] = []
             engine._output = lambda frame: None
-            engine._output_sock = pull
             engine._cores = ["core"]  # type: ignore[list-item]
             engine._core_died = lambda core, why: died.append(f"{core}: {why}")  # type: ignore[method-assign]
 
@@ -261,9 +251,5 @@ def test_a_failure_while_reading_ends_the_reader_and_fails_the_engines():
             await push.send(wire.encode_outputs(msg))
             await asyncio.wait_for(reader, 5)
             return died
-        finally:
-            push.close(linger=0)
-            pull.close(linger=0)
-            ctx.term()
 
     assert asyncio.run(main()) == ["core: engine output socket failed: boom"]
