@@ -18,11 +18,13 @@ from tokenwire.server.errors import OPENAI_ERRORS, ErrorDialect
 from tokenwire.server.security import request_key
 
 __all__ = [
+    "GONE_ATTR",
     "JSON",
     "JSON_CLOSE",
     "SSE",
     "SSE_DONE",
     "current_scope",
+    "disconnected",
     "encode",
     "header",
     "read_json",
@@ -31,8 +33,6 @@ __all__ = [
     "send_error",
     "sse",
     "wait_disconnect",
-    "disconnected",
-    "GONE_ATTR",
 ]
 
 _json = msgspec.json.Encoder()
