@@ -103,3 +103,80 @@ def test_normalizing_line_by_line_is_normalizing_the_whole(form):
         assert by_line(text) == normalize(form, text)
 
     same()
+
+
+def _encodings(name: str) -> tuple[str, dict[bytes, int], object]:
+    """A fast tokenizer's regex, ranks and tiktoken encoding with the regex as it is."""
+    import json
+
+    import tiktoken
+
+    from tokenwire.fast_bpe import _pattern, _ranks
+
+    spec = json.loads(real_tokenizer(name).hf.to_str())
+    pattern = _pattern(spec["pre_tokenizer"])
+    ranks = _ranks(spec["model"]["vocab"])
+    assert pattern is not None and ranks is not None
+    full = tiktoken.Encoding(name=name, pat_str=pattern, mergeable_ranks=ranks, special_tokens={})
+    return pattern, ranks, full
+
+
+#: Every kind of character the regexes tell apart around white space.
+_AROUND_SPACE = " \t\n\r\x0b\x0c\x85\xa0\u2028\u3000\u2003aZ1.'s/\u0301\u00e9\u4e2d"
+
+
+@pytest.mark.parametrize("name", sorted(FAST))
+def test_the_regex_without_its_look_ahead_over_the_cut_text_gives_the_same_ids(name):
+    """Each fast tokenizer's regex ends in the look-ahead; the regex without it, over the text
+    cut where the look-ahead shortens a run, gives exactly its ids: with the text cut however
+    often, and as ``encode`` does it (a text cut too often goes through the look-ahead itself;
+    an ASCII one without tabs is searched for runs of spaces only)."""
+    import tiktoken
+
+    from tokenwire.fast_bpe import (
+        _LOOKAHEAD_TAIL,
+        _SHORTENED_RUNS,
+        _cut_before_shortened_runs,
+        _without_lookahead,
+    )
+
+    pattern, ranks, full = _encodings(name)
+    encode = _without_lookahead(pattern, ranks, full)
+    assert encode is not None
+    # The cutting the sample picks (the tokenizers whose earlier alternative takes line
+    # breaks, and the others), applied to every text however often it cuts.
+    runs = _SHORTENED_RUNS[0 if r"\s*[\r\n]+" in pattern else 1]
+    plain = tiktoken.Encoding(
+        name=name + "-plain",
+        pat_str=pattern[: -len(_LOOKAHEAD_TAIL)] + r"|\s+",
+        mergeable_ranks=ranks,
+        special_tokens={},
+    )
+    always = _cut_before_shortened_runs(plain.encode_ordinary, full.encode_ordinary, runs, 0)
+
+    @settings(max_examples=examples(500), deadline=None)
+    @given(
+        st.text(alphabet=st.sampled_from(_AROUND_SPACE), max_size=60)
+        | st.text(alphabet=st.sampled_from(" \n\raZ1.'s/"), max_size=60)  # ASCII, no tabs
+        | st.text(max_size=30)
+    )
+    def same(text: str) -> None:
+        want = full.encode_ordinary(text)
+        assert always(text) == want
+        assert encode(text) == want
+
+    same()
+    prose = "Two spaces after a full stop.  As typists did, 1 or 2 at a time. " * 50
+    code = "x\n    y = 1\n" * 200
+    for text in (CORPUS, CORPUS.replace(" ", "  "), prose, code, "a" + "  b" * 500):
+        assert always(text) == full.encode_ordinary(text)
+        assert encode(text) == full.encode_ordinary(text)
+
+
+def test_a_regex_that_looks_around_elsewhere_keeps_its_look_ahead():
+    from tokenwire.fast_bpe import _without_lookahead
+
+    pattern, ranks, full = _encodings("qwen3")
+    for other in (r"(?=\p{L})\p{L}+|", r"\b\p{N}|", r"\p{L}+$|", r"^\p{N}|", r"(?<!x)\p{N}|"):
+        assert _without_lookahead(other + pattern, ranks, full) is None
+    assert _without_lookahead(pattern.replace(r"(?!\S)", ""), ranks, full) is None

@@ -1,4 +1,4 @@
-"""Byte-level BPE tokenization with tiktoken, where it gives exactly what the tokenizer gives.
+r"""Byte-level BPE tokenization with tiktoken, where it gives exactly what the tokenizer gives.
 
 Hugging Face's ``tokenizers`` spends most of a long prompt's tokenization in its general machinery
 (normalized-string alignments, offsets, its regex engine); tiktoken, made for exactly this
@@ -10,6 +10,14 @@ match as plain text), and only keeps it when it reproduces the tokenizer's own `
 sample of texts in a dozen languages and on edge cases; otherwise the tokenizer's own path is
 used. Added tokens are split out of the text first, as the tokenizer splits them (leftmost, then
 longest), and the special tokens the tokenizer's post-processor adds are added around the ids.
+
+The regexes of these tokenizers end in ``\s+(?!\S)|\s+``, a look-ahead that puts tiktoken's
+regex engine on its slow backtracking path for the whole text. Where the rest of the regex has no
+look-around, the same pieces come from the regex without that look-ahead run over the text cut
+just before the last white-space character of each run the look-ahead would have shortened (a
+run followed by more than white space), found by one plain regex; that is kept only when it gives
+tiktoken's own ids with the look-ahead on a sample made to exercise every kind of run. A text that
+would be cut more than once in 32 characters goes through the look-ahead regex itself.
 """
 
 from __future__ import annotations
@@ -28,6 +36,33 @@ if TYPE_CHECKING:
 __all__ = ["FastBpe"]
 
 log = logging.getLogger(__name__)
+
+#: What ``\s`` matches in tiktoken's regex engine: Unicode's White_Space characters.
+_WHITE_SPACE = "\t\n\x0b\x0c\r \x85\xa0\u1680" + "".join(map(chr, range(0x2000, 0x200B)))
+_WHITE_SPACE += "\u2028\u2029\u202f\u205f\u3000"
+#: The look-ahead ending (see the module docstring).
+_LOOKAHEAD_TAIL = r"|\s+(?!\S)|\s+"
+#: Anything in the rest of a regex that makes the text after a match count (look-around, anchors,
+#: word boundaries; ``^`` anywhere but at a character class's start): where one may be, the
+#: look-ahead stays.
+_ASSERTION = re.compile(r"\(\?<?[=!]|\\[bBAzZG]|\$|(?<!\[)\^")
+
+
+def _runs_before_a_non_space(chars: str) -> re.Pattern[str]:
+    """Runs of two or more of ``chars`` followed by a character that is not white space."""
+    one = f"[{re.escape(chars)}]"
+    return re.compile(f"{one}{one}+(?=[^{re.escape(_WHITE_SPACE)}])")
+
+
+#: Where the look-ahead ends a white-space run one character short, for the two shapes of regex
+#: these tokenizers have. Where an earlier alternative takes a run's line breaks
+#: (``\s*[\r\n]+``), it is the run's part after its last line break, when that is two or more
+#: characters and a non-space follows; otherwise any run of two or more before a non-space. The
+#: cut goes before the run's last character.
+_SHORTENED_RUNS = (
+    _runs_before_a_non_space(_WHITE_SPACE.replace("\n", "").replace("\r", "")),
+    _runs_before_a_non_space(_WHITE_SPACE),
+)
 
 #: ``ByteLevel``'s own pre-tokenizing regex (GPT-2's), for ``ByteLevel(use_regex=true)``.
 _GPT2_PATTERN = r"""'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+"""
@@ -89,6 +124,16 @@ def _bytes_to_unicode() -> dict[int, str]:
     return out
 
 
+def _ranks(vocab: dict[str, int]) -> dict[bytes, int] | None:
+    """A byte-level vocabulary's tokens as bytes, as tiktoken takes them; None if one is spelled
+    with characters byte-level vocabularies do not use."""
+    to_byte = {c: b for b, c in _bytes_to_unicode().items()}
+    try:
+        return {bytes(to_byte[ch] for ch in t): i for t, i in vocab.items()}
+    except KeyError:
+        return None
+
+
 def _pattern(pre: dict[str, Any] | None) -> str | None:
     """The one pre-tokenizing regex, when the pre-tokenizer is of a shape tiktoken reproduces."""
     if pre is None:
@@ -114,18 +159,103 @@ def _pattern(pre: dict[str, Any] | None) -> str | None:
     return split["pattern"]["Regex"]
 
 
+#: A text with more cuts than one per this many characters goes through the look-ahead regex
+#: itself: each cut is one more call into tiktoken (about 0.6 µs), and the look-ahead costs about
+#: 0.02 µs a character.
+_CHARS_PER_CUT = 32
+
+
+def _cut_before_shortened_runs(
+    plain: Callable[[str], list[int]],
+    full: Callable[[str], list[int]],
+    runs: re.Pattern[str],
+    chars_per_cut: int = _CHARS_PER_CUT,
+) -> Callable[[str], list[int]]:
+    """``plain`` over the text cut before the last character of each of ``runs``' matches, or
+    ``full`` where that would cut it more than once per ``chars_per_cut`` characters (0: never)."""
+    # In an ASCII text without the others (tabs, say), a run is spaces: found by a faster search.
+    others = [c for c in "\t\n\x0b\x0c\r" if runs.match(f"{c} x")]
+    spaces = _runs_before_a_non_space(" ").finditer
+    finditer = runs.finditer
+
+    def encode(text: str) -> list[int]:
+        if text.isascii() and not any(c in text for c in others):
+            if "  " not in text:
+                return plain(text)
+            cuts = [m.end() - 1 for m in spaces(text)]
+        else:
+            cuts = [m.end() - 1 for m in finditer(text)]
+        if not cuts:
+            return plain(text)
+        if len(cuts) * chars_per_cut > len(text):
+            return full(text)
+        ids: list[int] = []
+        pos = 0
+        for cut in cuts:
+            ids += plain(text[pos:cut])
+            pos = cut
+        ids += plain(text[pos:])
+        return ids
+
+    return encode
+
+
+def _white_space_sample() -> list[str]:
+    """Texts with every kind of white-space run (one to three characters of nine kinds, line
+    breaks among them) after and before every kind of character, plus the edge cases."""
+    kinds = " \t\n\r\xa0\u3000\x0b\x85\u2028"
+    runs = [a + b + c for a in kinds for b in ["", *kinds] for c in ["", *kinds] if b or not c]
+    after = ["w", ".", "1", "\u0301"]
+    before = ["x", "X", "1", ".", "'s", "/", "\u0301", "\u00e9"]
+    texts = [pre + pre.join(run + post for run in runs) for pre in after for post in before]
+    texts += ["".join(run for run in runs[:40]), *_EDGE_CASES]
+    return texts
+
+
+def _without_lookahead(
+    pattern: str, ranks: dict[bytes, int], full: Any
+) -> Callable[[str], list[int]] | None:
+    """The encode that gives ``full``'s ids through ``pattern`` without its look-ahead ending
+    (see the module docstring), or None where the pattern has no such ending, its rest may look
+    around, or no way of cutting reproduces ``full`` on the sample."""
+    import tiktoken
+
+    if not pattern.endswith(_LOOKAHEAD_TAIL):
+        return None
+    head = pattern[: -len(_LOOKAHEAD_TAIL)]
+    if _ASSERTION.search(head):
+        return None
+    try:
+        plain = tiktoken.Encoding(
+            name=f"tokenwire-{len(ranks)}-plain",
+            pat_str=head + r"|\s+",
+            mergeable_ranks=ranks,
+            special_tokens={},
+        )
+    except Exception:  # pragma: no cover - the rest of a regex tiktoken took with the ending
+        return None
+    sample = _white_space_sample()
+    want = [full.encode_ordinary(text) for text in sample]
+    for runs in _SHORTENED_RUNS:
+        # Checked with every text cut: the sample's texts are all runs.
+        always = _cut_before_shortened_runs(plain.encode_ordinary, full.encode_ordinary, runs, 0)
+        if all(always(text) == ids for text, ids in zip(sample, want)):
+            return _cut_before_shortened_runs(plain.encode_ordinary, full.encode_ordinary, runs)
+    return None
+
+
 class FastBpe:
     """A tokenizer's ``encode`` through tiktoken (see the module docstring)."""
 
     def __init__(
         self,
-        encoding: Any,
+        encode: Callable[[str], list[int]],
         normalize: Callable[[str], str] | None,
         added: dict[str, int],
         prefix: list[int],
         suffix: list[int],
     ) -> None:
-        self._encode = encoding.encode_ordinary
+        self._encode = encode
         self._normalize = normalize
         self._added = added
         # Leftmost, then longest: alternatives longest first.
@@ -159,10 +289,8 @@ class FastBpe:
             or (norm is not None and any(a.get("normalized") for a in added_specs))
         ):
             return None
-        to_byte = {c: b for b, c in _bytes_to_unicode().items()}
-        try:
-            ranks = {bytes(to_byte[ch] for ch in t): i for t, i in model["vocab"].items()}
-        except KeyError:  # a token spelled with characters byte-level vocabularies do not use
+        ranks = _ranks(model["vocab"])
+        if ranks is None:
             return None
         added = {a["content"]: a["id"] for a in added_specs if a.get("content")}
         try:
@@ -185,7 +313,7 @@ class FastBpe:
         if at is None:
             return None
         fast = cls(
-            encoding,
+            _without_lookahead(pattern, ranks, encoding) or encoding.encode_ordinary,
             _NORMALIZERS[norm["type"]] if norm is not None else None,
             added,
             full[:at],
