@@ -339,7 +339,11 @@ class FastBpe:
                 pos = m.end()
         if pos < len(text):
             piece = text[pos:] if pos else text
-            ids += self._encode(normalize(piece) if normalize else piece)
+            rest = self._encode(normalize(piece) if normalize else piece)
+            if ids:
+                ids += rest
+            else:  # (most texts: their ids as tiktoken made them, not copied)
+                ids = rest
         if add_special_tokens and (self._prefix or self._suffix):
             return [*self._prefix, *ids, *self._suffix]
         return ids
