@@ -10,6 +10,7 @@ import asyncio
 import contextlib
 import json
 import threading
+import time
 from collections.abc import Iterator
 
 import httpx
@@ -318,8 +319,28 @@ def prefix_fleet() -> Iterator:
         yield f
 
 
+def _until_every_rank_published(url: str, engine, ranks: int) -> None:
+    """Send unrelated prompts until a KV-event batch has come from every rank: an engine's
+    events published before its PUB socket's connection is up are lost (ZMQ's slow joiner), and
+    a busy machine can hold that connection back past the first requests."""
+    subscriber = engine._routing.subscriber
+    deadline = time.monotonic() + 30
+    n = 0
+    while len(subscriber.batches) < ranks:
+        assert time.monotonic() < deadline, subscriber.batches
+        prompts = [f"Warm-up {n + k} " + "filler " * 40 for k in range(2 * ranks)]
+        n += len(prompts)
+        threads = [threading.Thread(target=_cached, args=(url, p)) for p in prompts]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        time.sleep(0.1)
+
+
 def test_shared_prefixes_land_where_they_are_cached(prefix_fleet):
     url, engine, _ = prefix_fleet
+    _until_every_rank_published(url, engine, 4)
     cached = _round(url, 4)
     # every system prompt is computed once (its first request), then found cached
     assert sum(1 for n in cached if n > 0) >= len(cached) - len(SYSTEMS) - 2
