@@ -68,6 +68,48 @@ def test_reasoning_spec() -> None:
     assert output_spec({}, features, "", {"thinking": False}) is None
 
 
+class _CountingTemplate(str):
+    """A template that counts the substring tests made of it."""
+
+    tests = 0
+
+    def __contains__(self, part: object) -> bool:
+        type(self).tests += 1
+        return super().__contains__(part)  # type: ignore[operator]
+
+    __hash__ = str.__hash__
+
+
+def test_a_template_is_searched_once_for_its_roles_and_content_format(monkeypatch) -> None:
+    """Every chat request asks for its template's roles and content format; the server's one
+    template is searched the first time only, and the answers stay what a search gives."""
+    from tokenwire.chat import templates
+    from tokenwire.chat.messages import template_roles
+
+    template = _CountingTemplate("{% for m in messages %}{{ m.role == 'tool' }}{% endfor %} #1")
+    assert template_roles(template) == {"tool"}
+    searched = _CountingTemplate.tests
+    assert searched > 0
+    assert template_roles(template) == {"tool"}
+    assert template_roles(str(template)) == {"tool"}  # (the same text, another object)
+    assert _CountingTemplate.tests == searched
+
+    class Counting:
+        searches = 0
+
+        def search(self, text: str) -> object:
+            Counting.searches += 1
+            return real.search(text)
+
+    real = templates._LOOPS_OVER_CONTENT
+    monkeypatch.setattr(templates, "_LOOPS_OVER_CONTENT", Counting())
+    loops = "{% for part in message.content %}{{ part.text }}{% endfor %} #2"
+    assert detect_content_format(loops) == "openai"
+    assert detect_content_format(loops) == "openai"
+    assert detect_content_format(loops + " ") == "openai"
+    assert Counting.searches == 2
+
+
 def test_chat_templates(tmp_path) -> None:
     path = tmp_path / "t.jinja"
     path.write_text("{{ messages }}")
@@ -77,6 +119,7 @@ def test_chat_templates(tmp_path) -> None:
         load_chat_template(str(tmp_path / "missing.jinja"))
     assert detect_content_format("{% for p in message['content'] %}{% endfor %}") == "openai"
     assert detect_content_format("{{ message.content }}") == "string"
+    assert detect_content_format(None) == "string"
     assert chat_template_for({}, "tok", "server", trust_request=False) == "server"
     assert chat_template_for({}, "tok", None, trust_request=False) == "tok"
     assert chat_template_for({"chat_template": "own"}, "tok", None, trust_request=True) == "own"

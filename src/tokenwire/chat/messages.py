@@ -4,6 +4,7 @@ templates without that role). Every problem is a ``ValidationError`` naming the 
 
 from __future__ import annotations
 
+import functools
 import json
 from typing import Any
 
@@ -166,8 +167,10 @@ def normalize_messages(
     return out
 
 
+@functools.lru_cache(maxsize=16)
 def template_roles(template: str | None) -> frozenset[str]:
-    """The roles a chat template names (by a plain substring test)."""
+    """The roles a chat template names (by a plain substring test; asked for every chat request,
+    of the same few templates: each is searched once)."""
     return frozenset(r for r in ROLES if template and r in template)
 
 

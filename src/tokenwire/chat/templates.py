@@ -6,6 +6,7 @@ Every template renders in the jinja2 sandbox (``chat.render``)."""
 
 from __future__ import annotations
 
+import functools
 import os
 import re
 from collections.abc import Mapping
@@ -42,8 +43,10 @@ def load_chat_template(value: str) -> str:
     raise ValueError(f"--chat-template: no such file, and not a template: {value!r}")
 
 
+@functools.lru_cache(maxsize=16)
 def detect_content_format(template: str | None) -> str:
-    """``openai`` when the template iterates over message content, else ``string``."""
+    """``openai`` when the template iterates over message content, else ``string``. (Asked for
+    every chat request, of the same few templates: each is searched once.)"""
     if template and _LOOPS_OVER_CONTENT.search(template):
         return "openai"
     return "string"
