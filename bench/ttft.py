@@ -173,27 +173,23 @@ def _cohorts(recs: list[dict[str, float]]) -> list[int]:
     ]
 
 
-def _pct(xs: list[float], p: float) -> float:
-    xs = sorted(xs)
-    return xs[min(len(xs) - 1, int(len(xs) * p / 100))] if xs else float("nan")
-
-
 def main() -> None:
-    from frontend import CHAT_PROMPT, MAX_LEN, NAME, STOP, _check, _mock, _spawn, _stop
-    from loadgen import (
-        chat_request_bytes,
-        free_port,
-        load,
-        pct,
-        raise_open_files,
-        request_bytes,
-        wait_port,
+    from frontend import (
+        LONG_TOKENS,
+        MAX_LEN,
+        NAME,
+        TOKENS,
+        _check,
+        _mock,
+        _spawn,
+        _stop,
+        payloads,
     )
+    from loadgen import free_port, load, pct, raise_open_files, wait_port
 
     model = _check("vllm_cpu_env.py", "the vLLM environment")["model"]
     workloads = os.environ.get("WORKLOADS", "completions,chat").split(",")
     levels = [int(c) for c in os.environ.get("CONCURRENCY", "1,8").split(",")]
-    tokens = int(os.environ.get("TOKENS", "128"))
     rounds = int(os.environ.get("ROUNDS", "3"))
     raise_open_files(65536)
     if (os.cpu_count() or 1) > 1:
@@ -212,13 +208,9 @@ def main() -> None:
     try:
         wait_port(port, procs[0], 120, "/health")
         for workload in workloads:
-            if workload == "chat":
-                body = {"stop": [STOP], "stream_options": {"include_usage": True}}
-                payload = chat_request_bytes(port, NAME, tokens, CHAT_PROMPT, **body)
-            else:
-                usage = {"stream_options": {"include_usage": True}}
-                payload = request_bytes(port, NAME, tokens, **usage)
+            tokens = LONG_TOKENS if workload == "long" else TOKENS
             for c in levels:
+                payload = payloads(workload, port, c, False, False)  # (bench/frontend.py's)
                 asyncio.run(load(port, c, payload, tokens, requests=max(c, 8) * 4))  # warm
                 ttft: list[float] = []
                 recs: list[dict[str, float]] = []
@@ -240,7 +232,7 @@ def main() -> None:
         for name, spans, busy in _segments(recs):
             share = f"{statistics.median(busy):.2f}" if busy else "-"
             print(
-                f"| {workload} | {c} | {name} | {_pct(spans, 50):.2f} | {_pct(spans, 90):.2f} "
+                f"| {workload} | {c} | {name} | {pct(spans, 50):.2f} | {pct(spans, 90):.2f} "
                 f"| {share} |"
             )
         near = _cohorts(recs)

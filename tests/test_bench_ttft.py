@@ -55,7 +55,6 @@ def test_segments_and_cohorts_from_the_points(bench) -> None:
     assert spans == pytest.approx([28.0, 56.0, 84.0])
     # The first two arrive 0.5 ms apart: each has the other within 1 ms; the third has none.
     assert sorted(bench._cohorts(recs)) == [0, 1, 1]
-    assert bench._pct([3.0, 1.0, 2.0], 50) == 2.0
 
 
 def test_the_traced_server_finds_every_function_it_wraps(tmp_path) -> None:
