@@ -686,10 +686,9 @@ class VllmEngine:
 
     async def _read_outputs(self) -> None:
         """Read the output socket until cancelled. It waits on the socket's file descriptor
-        itself (a loop reader and one future a wait) and asks the socket whether a message is
-        waiting before each read, rather than through pyzmq's asyncio ``poll`` (a poller and
-        futures a wait) and a read that raises ``Again`` when none is: at one or a few streams
-        every engine step is a wait of its own."""
+        itself (a loop reader and one future a wait) rather than through pyzmq's asyncio
+        ``poll`` (a poller and futures a wait): at one or a few streams every engine step is a
+        wait of its own. Once woken it reads what is waiting (``_read_waiting``)."""
         assert self._output_sock is not None and self._output is not None
         sync = zmq.Socket.shadow(self._output_sock.underlying)
         loop = asyncio.get_running_loop()
@@ -698,25 +697,18 @@ class VllmEngine:
 
         def readable() -> None:
             # The descriptor signals that the socket's state may have changed; whether a message
-            # is waiting is for ``EVENTS`` to say (asking it also clears the signal).
+            # is waiting is for the socket to say (asking it also clears the signal).
             waiter = wake[0]
             if waiter is not None and not waiter.done():
                 waiter.set_result(None)
 
-        recv = sync.recv_multipart
-        events = sync.getsockopt
         on_message = self.on_message
         on_messages = self.on_messages
         loop.add_reader(fd, readable)
         try:
             turn_ends = time.perf_counter() + _READ_TURN
             while True:
-                waiting: list[list[Any]] = []
-                try:
-                    while len(waiting) < _MAX_MERGED and events(zmq.EVENTS) & zmq.POLLIN:
-                        waiting.append([f.buffer for f in recv(zmq.NOBLOCK, copy=False)])
-                except zmq.Again:  # (not expected once EVENTS says a message is waiting)
-                    pass
+                waiting = _read_waiting(sync, _MAX_MERGED)
                 if len(waiting) == 1:
                     on_message(waiting[0])
                 elif waiting:
@@ -1290,6 +1282,38 @@ def _kv_capacity(ready: dict[str, Any]) -> int | None:
 #: ``zmq.SNDMORE`` as a plain int: ``send_multipart`` combines enum flags in Python per frame,
 #: which costs more than the three sends.
 _MORE = int(zmq.SNDMORE)
+
+
+#: ``zmq.NOBLOCK``, ``zmq.EVENTS`` and ``zmq.POLLIN`` as plain ints (pyzmq converts an enum
+#: argument or result on each call).
+_NOBLOCK = int(zmq.NOBLOCK)
+_EVENTS = int(zmq.EVENTS)
+_POLLIN = int(zmq.POLLIN)
+
+
+def _read_waiting(sock: zmq.Socket, most: int) -> list[list[Any]]:
+    """Up to ``most`` messages waiting on ``sock``, each as its frames' buffers. The socket is
+    asked (``EVENTS``) whether one waits at all, which is cheap when its descriptor woke the
+    reader for none; then messages are read until none is left (``Again``: a read that finds
+    none also clears the descriptor's signal, as ``EVENTS`` does). A frame's ``more`` flag says
+    where its message ends. ``recv_multipart`` and an ``EVENTS`` question before each message
+    ask the socket once a frame and once a message (a system call and an enum conversion each
+    in pyzmq), which costs more than the reads."""
+    waiting: list[list[Any]] = []
+    if not sock.getsockopt(_EVENTS) & _POLLIN:
+        return waiting
+    recv = sock.recv
+    try:
+        while len(waiting) < most:
+            frame = recv(_NOBLOCK, copy=False)
+            frames = [frame.buffer]
+            while frame.more:  # (a message arrives whole: its other frames are there)
+                frame = recv(_NOBLOCK, copy=False)
+                frames.append(frame.buffer)
+            waiting.append(frames)
+    except zmq.Again:
+        pass
+    return waiting
 
 
 def _send(sock: zmq.Socket, identity: bytes, kind: bytes, payload: bytes) -> None:
