@@ -5,13 +5,19 @@ engines (data parallelism)."""
 from __future__ import annotations
 
 import contextlib
+import os
+import stat
 from collections.abc import Iterator
 
 import httpx
 import openai
 import pytest
+import zmq
 
 from tokenwire.engine.vllm import VllmEngine, VllmEngineConfig
+from tokenwire.entrypoints import serve
+from tokenwire.entrypoints.cli import build_parser
+from tokenwire.entrypoints.options.engine import engine_transport
 from tokenwire.server import ServerConfig, create_app
 from vllm_helpers import (
     free_port,
@@ -40,13 +46,18 @@ class Served:
 
 
 @contextlib.contextmanager
-def served(engines: int = 1, *mock_args: str) -> Iterator[Served]:
+def served(engines: int = 1, *mock_args: str, transport: str = "tcp") -> Iterator[Served]:
     tok = real_tokenizer("default")
     address = f"tcp://127.0.0.1:{free_port()}"
     mocks = [spawn_mock(address, r, *mock_args) for r in range(engines)]
     engine = VllmEngine(
         tok,
-        VllmEngineConfig(handshake_address=address, data_parallel_size=engines, ready_timeout=60),
+        VllmEngineConfig(
+            handshake_address=address,
+            data_parallel_size=engines,
+            ready_timeout=60,
+            transport=transport,
+        ),
     )
     try:
         app = create_app(tok, engine, ServerConfig(model_name=MODEL))
@@ -77,6 +88,62 @@ def test_completion_streamed_and_not_over_the_engine_protocol(echo):
         model=MODEL, messages=[{"role": "user", "content": "hi"}], max_tokens=3
     )
     assert chat.choices[0].finish_reason == "length" and chat.choices[0].message.content
+
+
+def _endpoints(engine: VllmEngine) -> list[str]:
+    return [
+        sock.getsockopt_string(zmq.LAST_ENDPOINT) for sock in (engine._input, engine._output_sock)
+    ]
+
+
+def test_engines_on_this_host_may_reach_the_server_over_unix_sockets():
+    """``transport="ipc"``: the input and output sockets are Unix sockets in a directory of the
+    server's own (mode 0700), the only endpoints bound, so the engine's requests and outputs go
+    through them; the directory is gone once the engine closes. The default binds TCP ports on
+    the handshake's host."""
+    tok = real_tokenizer("default")
+    prompt = "The quick brown fox jumps over the lazy dog"
+    with served(1, "--synthetic-output", "echo", transport="ipc") as srv:
+        endpoints = _endpoints(srv.engine)
+        assert all(e.startswith("ipc://") for e in endpoints), endpoints
+        folder = os.path.dirname(endpoints[0].removeprefix("ipc://"))
+        assert os.path.dirname(endpoints[1].removeprefix("ipc://")) == folder
+        assert stat.S_IMODE(os.stat(folder).st_mode) == 0o700
+        chunks = srv.client.completions.create(
+            model=MODEL, prompt=prompt, max_tokens=5, stream=True
+        )
+        assert "".join(c.choices[0].text for c in chunks) == tok.decode(tok.encode(prompt)[:5])
+    assert not os.path.exists(folder)
+    with served(1, "--synthetic-output", "echo") as srv:
+        assert all(e.startswith("tcp://127.0.0.1:") for e in _endpoints(srv.engine))
+
+
+def test_engine_transport_flag():
+    """``--engine-transport``: ``auto`` is ipc for the engines ``--model`` spawns and tcp for
+    engines that dial ``--handshake-address``; tcp or ipc as said otherwise; another value is
+    refused, by the flag and by the engine's config."""
+    parser = build_parser()
+    auto = parser.parse_args(["serve", "--engine", "vllm"])
+    assert engine_transport(auto, spawned=True) == "ipc"
+    assert engine_transport(auto, spawned=False) == "tcp"
+    for chosen in ("tcp", "ipc"):
+        args = parser.parse_args(["serve", "--engine", "vllm", "--engine-transport", chosen])
+        assert engine_transport(args, spawned=True) == chosen
+        assert engine_transport(args, spawned=False) == chosen
+    with pytest.raises(SystemExit):
+        parser.parse_args(["serve", "--engine", "vllm", "--engine-transport", "udp"])
+    with pytest.raises(ValueError, match="tcp or ipc"):
+        VllmEngine(real_tokenizer("default"), VllmEngineConfig(transport="udp"))
+
+
+def test_api_servers_refuse_the_tcp_engine_transport():
+    """With ``--api-server-count`` the API servers reach the engines over Unix sockets: an
+    explicit ``--engine-transport tcp`` is refused at start, before anything runs."""
+    argv = ["serve", "--engine", "vllm", "--handshake-address", "tcp://127.0.0.1:1"]
+    argv += ["--api-server-count", "2", "--engine-transport", "tcp"]
+    args = build_parser().parse_args(argv)
+    with pytest.raises(SystemExit, match="--engine-transport tcp"):
+        serve._supervise(args, argv)
 
 
 def test_version_is_the_engines_vllm_version(echo):

@@ -134,6 +134,11 @@ def _supervise(args: argparse.Namespace, serve_args: list[str]) -> int:
     """``--api-server-count N``: the supervisor over N workers and the shared engines."""
     from tokenwire.entrypoints.supervisor import SupervisorConfig, run_supervisor
 
+    if getattr(args, "engine_transport", "auto") == "tcp":
+        raise SystemExit(
+            "tokenwire: with --api-server-count the API servers reach the engines over Unix "
+            "sockets: --engine-transport tcp cannot apply (leave it auto, or say ipc)"
+        )
     operations.configure_logging(args)
     if args.data_parallel_size < 1:
         raise SystemExit("tokenwire: --data-parallel-size must be at least 1")

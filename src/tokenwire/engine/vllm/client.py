@@ -1,8 +1,10 @@
 """``VllmEngine``: tokenwire's ``Engine`` over unmodified vLLM V1 EngineCore processes (ZMQ).
 
 The frontend binds the handshake ROUTER (unless vLLM's supervisor did the handshake and hands
-over its listeners: the ``tokenwire-vllm-frontend`` mode), the input ROUTER and the output PULL.
-Each engine dials in with its rank as identity. Requests go to the engine ``routing`` picks
+over its listeners: the ``tokenwire-vllm-frontend`` mode), the input ROUTER and the output PULL:
+on the handshake's host over TCP, or (``transport="ipc"``, for engines on this host) as Unix
+sockets in a private directory, as vLLM binds them when every engine is local. Each engine dials
+in with its rank as identity. Requests go to the engine ``routing`` picks
 (``VllmRouting``: the one holding the longest cached prefix of the prompt, within a load bound;
 without it, the one with the fewest requests in flight, vLLM's rule for data parallelism);
 aborts go to the engine that owns the request. Each
@@ -28,7 +30,9 @@ import itertools
 import logging
 import math
 import os
+import shutil
 import socket
+import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -58,6 +62,8 @@ __all__ = ["VllmEngine", "VllmEngineConfig", "check_vllm_params"]
 
 log = logging.getLogger("tokenwire.engine.vllm")
 
+#: How the engines may reach the input and output sockets (``VllmEngineConfig.transport``).
+TRANSPORTS = ("tcp", "ipc")
 #: Seconds between checks that every engine is still connected.
 _PROBE_PERIOD = 2.0
 #: The output reader's shortest turn (seconds) at reading messages that are already waiting
@@ -116,6 +122,10 @@ class VllmEngineConfig:
     kv_events_host: str = "127.0.0.1"
     #: A request whose engine dies before its first output is sent once to another.
     retry_on_failure: bool = False
+    #: How the engines reach the input and output sockets: ``"tcp"`` (on the handshake's
+    #: host) or ``"ipc"`` (Unix sockets in a directory of this process's own, removed at close:
+    #: the engines must run on this host, under the same user).
+    transport: str = "tcp"
 
 
 @dataclass
@@ -178,6 +188,8 @@ class VllmEngine:
     supported_request_fields = REQUEST_FIELDS
 
     def __init__(self, tokenizer: Tokenizer, config: VllmEngineConfig) -> None:
+        if config.transport not in TRANSPORTS:
+            raise ValueError(f"the engine transport must be tcp or ipc, got {config.transport!r}")
         self.tokenizer = tokenizer
         self.config = config
         self.eos = wire.EngineEos.from_ids(tokenizer.eos_token_ids)
@@ -197,6 +209,8 @@ class VllmEngine:
         self._input: zmq.asyncio.Socket | None = None
         self._input_sync: zmq.Socket | None = None
         self._output_sock: zmq.asyncio.Socket | None = None
+        #: The directory of the Unix sockets (``transport="ipc"``), removed at close.
+        self._ipc_dir: str | None = None
         self._cores: list[_Core] = []
         self._by_rank: dict[int, _Core] = {}
         self._handshake_sock: zmq.asyncio.Socket | None = None
@@ -303,6 +317,7 @@ class VllmEngine:
             except BaseException:
                 if cfg.launcher is not None:
                     await asyncio.to_thread(cfg.launcher.stop)
+                self._remove_ipc_dir()
                 raise
         self._input_sync = zmq.Socket.shadow(self._input.underlying)
         self._input_sync.setsockopt(zmq.ROUTER_MANDATORY, 1)
@@ -353,6 +368,19 @@ class VllmEngine:
         if self._ctx is not None:
             self._ctx.destroy(linger=0)
             self._ctx = None
+        self._remove_ipc_dir()
+
+    def _remove_ipc_dir(self) -> None:
+        if self._ipc_dir is not None:
+            shutil.rmtree(self._ipc_dir, ignore_errors=True)
+            self._ipc_dir = None
+
+    def _endpoints(self, host: str) -> tuple[str, str]:
+        """Where the input and output sockets bind (``config.transport``)."""
+        if self.config.transport == "ipc":
+            self._ipc_dir = tempfile.mkdtemp(prefix="tokenwire-engine-")  # (mode 0700)
+            return f"ipc://{self._ipc_dir}/input", f"ipc://{self._ipc_dir}/output"
+        return f"tcp://{host}:*", f"tcp://{host}:*"
 
     def submit(self, request: EngineRequest) -> None:
         if not self._alive:
@@ -554,13 +582,14 @@ class VllmEngine:
         hs = self._ctx.socket(zmq.ROUTER)
         _tune(hs)
         hs.bind(cfg.handshake_address)
+        input_at, output_at = self._endpoints(host)
         self._input = self._ctx.socket(zmq.ROUTER)
         _tune(self._input)
         self._input.setsockopt(zmq.ROUTER_HANDOVER, 1)  # a restarted engine takes its identity
-        self._input.bind(f"tcp://{host}:*")
+        self._input.bind(input_at)
         self._output_sock = self._ctx.socket(zmq.PULL)
         _tune(self._output_sock)
-        self._output_sock.bind(f"tcp://{host}:*")
+        self._output_sock.bind(output_at)
         if cfg.launcher is not None:
             cfg.launcher.start()
         init = wire.encode_init(

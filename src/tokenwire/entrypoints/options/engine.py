@@ -22,6 +22,7 @@ from tokenwire.tokenizer import Tokenizer
 __all__ = [
     "add_arguments",
     "add_synthetic_arguments",
+    "engine_transport",
     "mock_engine_args",
     "pooling_settings",
     "synthetic_config",
@@ -153,6 +154,17 @@ def _add_vllm_arguments(serve: argparse.ArgumentParser) -> None:
         help="instead of spawning: bind tcp://HOST:PORT and wait for headless engines started "
         "elsewhere with vllm serve MODEL --headless --data-parallel-address HOST "
         "--data-parallel-rpc-port PORT",
+    )
+    vllm.add_argument(
+        "--engine-transport",
+        choices=("auto", "tcp", "ipc"),
+        default="auto",
+        help="how the engines reach this server's input and output sockets: tcp (on the "
+        "--handshake-address host) or ipc (Unix sockets in a private directory: the engines "
+        "must run on this host, under the same user; cheaper per message); auto: ipc for the "
+        "engines it spawns (--model), as vLLM does for local engines, tcp for engines that dial "
+        "--handshake-address (with --api-server-count above 1 the API servers always use Unix "
+        "sockets) (default: %(default)s)",
     )
     vllm.add_argument(
         "--data-parallel-size",
@@ -294,6 +306,15 @@ def vllm_engines(args: argparse.Namespace) -> tuple[str, Any]:
     return f"tcp://127.0.0.1:{port}", launcher
 
 
+def engine_transport(args: argparse.Namespace, spawned: bool) -> str:
+    """``--engine-transport`` resolved: ``auto`` is ``ipc`` for spawned engines (on this host),
+    ``tcp`` for engines that dial in."""
+    chosen = getattr(args, "engine_transport", "auto")
+    if chosen == "auto":
+        return "ipc" if spawned else "tcp"
+    return chosen
+
+
 def vllm_engine(
     args: argparse.Namespace, tok: Tokenizer, should_stop: Callable[[], bool]
 ) -> Engine:
@@ -327,6 +348,7 @@ def vllm_engine(
         tok,
         VllmEngineConfig(
             handshake_address=address,
+            transport=engine_transport(args, spawned=launcher is not None),
             data_parallel_size=args.data_parallel_size,
             ready_timeout=args.engine_start_timeout,
             stall_timeout=args.engine_stall_timeout or None,
