@@ -11,8 +11,9 @@ kind, in one run.
 Mock mode: each frontend waits for a remote engine (vLLM: ``--data-parallel-size 1
 --data-parallel-size-local 0 --data-parallel-address ... --data-parallel-rpc-port ...``; smg:
 ``--backend vllm --worker-urls ipc://DIR/engine-0``, whose handshake port the engine dials;
-tokenwire: ``--handshake-address``) and a ``tokenwire mock-engine`` (step time 0, max batch 256,
-random output) dials each. Workloads (``WORKLOADS``):
+tokenwire: ``--handshake-address`` with ``--engine-transport ipc``: its engine sockets are Unix
+sockets, as smg's are; vLLM's frontend binds TCP ports for a remote engine) and a ``tokenwire
+mock-engine`` (step time 0, max batch 256, random output) dials each. Workloads (``WORKLOADS``):
 
 - ``completions``: streamed 128-token completions of a short prompt;
 - ``chat``: streamed 128-token chat completions through the Qwen3 chat template, with a stop
@@ -203,6 +204,7 @@ def _servers(
                 continue
             rpc = free_port()
             argv += ["--tokenizer", model, "--handshake-address", f"tcp://127.0.0.1:{rpc}"]
+            argv += ["--engine-transport", "ipc"]  # (the engine's sockets: smg's are ipc:// too)
             front = _spawn(argv, 0, logdir / "tokenwire.log")
             engine = _mock(f"tcp://127.0.0.1:{rpc}", model, logdir / "tokenwire-engine.log")
             out[kind] = (port, [front, engine])

@@ -202,6 +202,7 @@ def main() -> None:
     argv += ["--log-level", "warning", "--max-concurrent-requests", "100000"]
     argv += ["--max-model-len", str(MAX_LEN), "--reasoning-parser", "qwen3"]
     argv += ["--tokenizer", model, "--handshake-address", f"tcp://127.0.0.1:{rpc}"]
+    argv += ["--engine-transport", "ipc"]  # (as bench/frontend.py runs it)
     procs = [_spawn(argv, 0, logdir / "tokenwire.log")]
     procs.append(_mock(f"tcp://127.0.0.1:{rpc}", model, logdir / "engine.log"))
     rows = []
