@@ -7,6 +7,7 @@ from __future__ import annotations
 import contextlib
 import os
 import stat
+import tempfile
 from collections.abc import Iterator
 
 import httpx
@@ -116,6 +117,25 @@ def test_engines_on_this_host_may_reach_the_server_over_unix_sockets():
     assert not os.path.exists(folder)
     with served(1, "--synthetic-output", "echo") as srv:
         assert all(e.startswith("tcp://127.0.0.1:") for e in _endpoints(srv.engine))
+
+
+def test_the_unix_sockets_go_under_tmp_when_the_temporary_directory_is_too_long(
+    monkeypatch, tmp_path
+):
+    """A socket's path holds 107 bytes: under a long ``TMPDIR`` the sockets' directory is made in
+    ``/tmp`` instead (and removed, as the other)."""
+    long_dir = tmp_path / ("d" * 60) / ("e" * 60)
+    long_dir.mkdir(parents=True)
+    monkeypatch.setattr(tempfile, "tempdir", str(long_dir))
+    engine = VllmEngine(real_tokenizer("default"), VllmEngineConfig(transport="ipc"))
+    input_at, output_at = engine._endpoints("127.0.0.1")
+    folder = engine._ipc_dir
+    assert folder is not None and os.path.dirname(folder) == "/tmp"
+    assert input_at == f"ipc://{folder}/input" and output_at == f"ipc://{folder}/output"
+    assert len(output_at.removeprefix("ipc://")) <= 107
+    assert os.listdir(long_dir) == []
+    engine._remove_ipc_dir()
+    assert not os.path.exists(folder)
 
 
 def test_engine_transport_flag():

@@ -64,6 +64,9 @@ log = logging.getLogger("tokenwire.engine.vllm")
 
 #: How the engines may reach the input and output sockets (``VllmEngineConfig.transport``).
 TRANSPORTS = ("tcp", "ipc")
+#: The longest directory (bytes) the Unix sockets may go in: a socket's path holds 107 bytes on
+#: Linux, ``/output`` included; past it, ``/tmp`` is used.
+_LONGEST_IPC_DIR = 96
 #: Seconds between checks that every engine is still connected.
 _PROBE_PERIOD = 2.0
 #: The output reader's shortest turn (seconds) at reading messages that are already waiting
@@ -378,8 +381,12 @@ class VllmEngine:
     def _endpoints(self, host: str) -> tuple[str, str]:
         """Where the input and output sockets bind (``config.transport``)."""
         if self.config.transport == "ipc":
-            self._ipc_dir = tempfile.mkdtemp(prefix="tokenwire-engine-")  # (mode 0700)
-            return f"ipc://{self._ipc_dir}/input", f"ipc://{self._ipc_dir}/output"
+            folder = tempfile.mkdtemp(prefix="tokenwire-engine-")  # (mode 0700)
+            if len(os.fsencode(folder)) > _LONGEST_IPC_DIR:  # (a long TMPDIR)
+                os.rmdir(folder)
+                folder = tempfile.mkdtemp(prefix="tokenwire-engine-", dir="/tmp")
+            self._ipc_dir = folder
+            return f"ipc://{folder}/input", f"ipc://{folder}/output"
         return f"tcp://{host}:*", f"tcp://{host}:*"
 
     def submit(self, request: EngineRequest) -> None:
