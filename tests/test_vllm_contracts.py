@@ -195,6 +195,7 @@ def test_logprob_fields_as_vllm_reads_them(server):
         ["serve", "--engine", "vllm", "--model", "m", "--max-logprobs", "151936"]
     )
     _, launcher = vllm_engines(args)
+    launcher.port = 1  # (the handshake's port, set when tokenwire binds it)
     assert launcher.argv[-2:] == ["--max-logprobs", "151936"] or ("--max-logprobs" in launcher.argv)
 
 

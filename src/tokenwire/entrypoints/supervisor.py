@@ -35,7 +35,7 @@ from dataclasses import dataclass, field
 import zmq
 
 from tokenwire.engine.vllm import protocol as wire
-from tokenwire.engine.vllm.launch import VllmLauncher, die_with_parent, free_port
+from tokenwire.engine.vllm.launch import VllmLauncher, die_with_parent, port_of
 from tokenwire.messages.errors import CodecError
 
 __all__ = ["SupervisorConfig", "run_supervisor", "worker_argv"]
@@ -151,12 +151,12 @@ class Supervisor:
                 b = _unix_listener(os.path.join(self.tmp, f"out-{i}.sock"))
                 self._sockets += [a, b]
                 pairs.append((a, b))
-            address = cfg.handshake_address or f"tcp://127.0.0.1:{free_port()}"
             ctx = zmq.Context()
             hs = ctx.socket(zmq.ROUTER)
             hs.setsockopt(zmq.LINGER, 0)
-            hs.bind(address)
-            self._start_engines(address)
+            # The kernel picks the port unless the user gave one; the engines get the port bound.
+            hs.bind(cfg.handshake_address or "tcp://127.0.0.1:*")
+            self._start_engines(hs.getsockopt_string(zmq.LAST_ENDPOINT))
             for i, (a, b) in enumerate(pairs):
                 fds = (http.fileno(), a.fileno(), b.fileno())
                 argv = worker_argv(cfg.serve_args, i, fds, cfg.engines, self.metrics_dir)
@@ -245,6 +245,7 @@ class Supervisor:
                     )
                 )
         elif cfg.launcher is not None:
+            cfg.launcher.port = port_of(address)
             cfg.launcher.start()
 
     def _handshake(self, hs: zmq.Socket, init: bytes) -> None:

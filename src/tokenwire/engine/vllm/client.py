@@ -45,7 +45,7 @@ from tokenwire.engine import REQUEST_FIELDS, EngineRequest, OutputCallback, Requ
 from tokenwire.engine.pooling import DEFAULT_TASKS, PoolingRequest
 from tokenwire.engine.vllm import pooling as pool_wire
 from tokenwire.engine.vllm import protocol as wire
-from tokenwire.engine.vllm.launch import startup_timeout_message
+from tokenwire.engine.vllm.launch import port_of, startup_timeout_message
 from tokenwire.engine.vllm.routing import VllmRouting
 from tokenwire.engine.vllm.stats import RankStats
 from tokenwire.messages.errors import CodecError, QueueFullError, ValidationError
@@ -589,6 +589,8 @@ class VllmEngine:
         hs = self._ctx.socket(zmq.ROUTER)
         _tune(hs)
         hs.bind(cfg.handshake_address)
+        if cfg.launcher is not None:  # (the handshake may be on a port the kernel picked)
+            cfg.launcher.port = port_of(hs.getsockopt_string(zmq.LAST_ENDPOINT))
         input_at, output_at = self._endpoints(host)
         self._input = self._ctx.socket(zmq.ROUTER)
         _tune(self._input)

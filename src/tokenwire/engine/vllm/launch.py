@@ -15,13 +15,12 @@ import logging
 import os
 import shlex
 import signal
-import socket
 import subprocess
 import sys
 import threading
 from collections.abc import Sequence
 
-__all__ = ["VllmLauncher", "die_with_parent", "free_port"]
+__all__ = ["VllmLauncher", "die_with_parent", "port_of"]
 
 log = logging.getLogger("tokenwire.engine.vllm.child")
 
@@ -66,11 +65,9 @@ def startup_timeout_message(
     return "\n".join(parts)
 
 
-def free_port(host: str = "127.0.0.1") -> int:
-    """A TCP port nobody listens on right now."""
-    with socket.socket() as s:
-        s.bind((host, 0))
-        return s.getsockname()[1]
+def port_of(endpoint: str) -> int:
+    """The port of a bound ZMQ endpoint (``tcp://HOST:PORT``, as ``LAST_ENDPOINT`` gives it)."""
+    return int(endpoint.rsplit(":", 1)[1])
 
 
 def die_with_parent() -> None:  # pragma: no cover - runs in the child between fork and exec
@@ -87,28 +84,26 @@ def die_with_parent() -> None:  # pragma: no cover - runs in the child between f
 
 
 class VllmLauncher:
-    """Starts and stops one headless vLLM child (any number of engines inside it)."""
+    """Starts and stops one headless vLLM child (any number of engines inside it).
+
+    ``port`` is the handshake port the child dials. Leave it None when tokenwire binds the
+    handshake on a port the kernel picks (``tcp://127.0.0.1:*``), and set it to the bound port
+    before ``start``: a port found free, closed and bound again later may be taken meanwhile."""
 
     def __init__(
         self,
         model: str,
         *,
-        port: int,
+        port: int | None = None,
         command: Sequence[str] = ("vllm",),
         data_parallel_size: int = 1,
         extra_args: Sequence[str] = (),
         host: str = "127.0.0.1",
         env: dict[str, str] | None = None,
     ) -> None:
-        self.argv = [
-            *command,
-            "serve",
-            model,
-            "--headless",
-            "--data-parallel-address",
-            host,
-            "--data-parallel-rpc-port",
-            str(port),
+        self.port = port
+        self._head = [*command, "serve", model, "--headless", "--data-parallel-address", host]
+        self._tail = [
             "--data-parallel-size",
             str(data_parallel_size),
             "--data-parallel-size-local",
@@ -120,13 +115,21 @@ class VllmLauncher:
         self._proc: subprocess.Popen[bytes] | None = None
         self._reader: threading.Thread | None = None
 
+    @property
+    def argv(self) -> list[str]:
+        """The child's command line (``port`` must be set)."""
+        if self.port is None:
+            raise ValueError("the vLLM child's handshake port is not set")
+        return [*self._head, "--data-parallel-rpc-port", str(self.port), *self._tail]
+
     def start(self) -> None:
         """Spawn the child (``FileNotFoundError`` names the command when it does not exist)."""
-        log.info("starting: %s", shlex.join(self.argv))
+        argv = self.argv
+        log.info("starting: %s", shlex.join(argv))
         env = dict(os.environ if self.env is None else self.env)
         env.setdefault("VLLM_HOST_IP", "127.0.0.1")
         self._proc = subprocess.Popen(
-            self.argv,
+            argv,
             stdin=subprocess.DEVNULL,
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,

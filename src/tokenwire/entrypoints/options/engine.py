@@ -268,13 +268,12 @@ def mock_engine_args(args: argparse.Namespace) -> list[str]:
 def vllm_engines(args: argparse.Namespace) -> tuple[str, Any]:
     """Where the vLLM engines dial in, and the headless child to spawn (``--model``) or None
     (``--handshake-address``: they are started elsewhere)."""
-    from tokenwire.engine.vllm.launch import VllmLauncher, free_port
+    from tokenwire.engine.vllm.launch import VllmLauncher
 
     if args.handshake_address:
         return args.handshake_address, None
     if not args.model:
         raise SystemExit("tokenwire: --engine vllm needs --model (spawn) or --handshake-address")
-    port = free_port()
     extra = list(args.vllm_arg)
     if args.max_model_len is not None and "--max-model-len" not in extra:
         extra += ["--max-model-len", str(args.max_model_len)]
@@ -298,12 +297,13 @@ def vllm_engines(args: argparse.Namespace) -> tuple[str, Any]:
     extra += fleet.engine_args(args, given=extra)
     launcher = VllmLauncher(
         args.model,
-        port=port,
         command=shlex.split(args.vllm_command),
         data_parallel_size=args.data_parallel_size,
         extra_args=extra,
     )
-    return f"tcp://127.0.0.1:{port}", launcher
+    # The kernel picks the handshake's port when tokenwire binds it; the child is told the port
+    # bound (a port found free and bound again later may be taken meanwhile).
+    return "tcp://127.0.0.1:*", launcher
 
 
 def engine_transport(args: argparse.Namespace, spawned: bool) -> str:
