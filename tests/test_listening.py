@@ -30,6 +30,7 @@ from tokenwire.engine.synthetic import SyntheticConfig, SyntheticEngine
 from tokenwire.entrypoints.vllm_frontend import settings_from_args
 from tokenwire.server import ServerConfig, create_app
 from tokenwire.server.serving import ConnectionLimits, TokenwireServer, uvicorn_config
+from vllm_helpers import free_port
 
 from conftest import REPO, real_tokenizer
 
@@ -129,12 +130,6 @@ def serve(
             proc.kill()
             proc.wait(5)
         reader.join(5)
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def tls_request(port: int, context: ssl.SSLContext, path: str = "/health") -> bytes:
