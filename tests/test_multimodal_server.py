@@ -324,3 +324,53 @@ def test_a_dead_worker_is_replaced(server, images):
     if out.status_code == 400:
         assert "worker processing this media item ended" in out.json()["error"]["message"]
     assert _chat(server.url, [part]).status_code == 200
+
+
+#: A server process that makes its media workers and is gone before they have started.
+_GONE_AT_ONCE = """
+import os, sys
+from tokenwire.multimodal.processing import synthetic_media
+from tokenwire.runtime.media import MediaOptions, MediaPool
+from tokenwire.tokenizer import Tokenizer
+
+tok = Tokenizer.default()
+media = synthetic_media(tok.token_to_id, "m")
+pool = MediaPool(media, MediaOptions(workers=2))
+print(" ".join(str(pid) for p in pool._pools for pid in p._processes), flush=True)
+os._exit(0)
+"""
+
+
+def test_workers_of_a_server_gone_before_they_started_end_too(tmp_path):
+    """A server that ends while its media workers start (a startup that fails) leaves them with
+    another parent before they look at theirs: they end all the same."""
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    printed = tmp_path / "pids"
+    with printed.open("w") as f:  # (not a pipe: the workers would hold it open)
+        code = subprocess.run(
+            [sys.executable, "-c", _GONE_AT_ONCE], stdout=f, stdin=subprocess.DEVNULL, timeout=120
+        ).returncode
+    assert code == 0
+    pids = [int(p) for p in printed.read_text().split()]
+    assert len(pids) == 2
+
+    def alive(pid: int) -> bool:
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return False
+        return True
+
+    try:
+        deadline = time.monotonic() + 30
+        while any(map(alive, pids)) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert not any(map(alive, pids)), "media workers outlived their server"
+    finally:
+        for pid in pids:
+            if alive(pid):
+                os.kill(pid, signal.SIGKILL)

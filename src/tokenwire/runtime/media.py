@@ -70,17 +70,20 @@ WORKER_NICENESS = 10
 
 
 def _watch_parent(parent: int) -> None:
-    """End this worker when the server that started it is gone (however it ended)."""
+    """End this worker when the server that started it (process ``parent``) is gone, however it
+    ended, and at once when it was gone before this worker had started."""
     while True:
-        time.sleep(1.0)
         if os.getppid() != parent:
             os._exit(0)
+        time.sleep(1.0)
 
 
-def _init_worker(media: ModelMedia, options: MediaOptions, cache_bytes: int) -> None:
+def _init_worker(media: ModelMedia, options: MediaOptions, cache_bytes: int, parent: int) -> None:
+    """A worker's start (``parent``: the server's process id, taken when it made the pool: a
+    server that ends while its workers start leaves them with another parent already)."""
     with contextlib.suppress(OSError):
         os.nice(WORKER_NICENESS)
-    threading.Thread(target=_watch_parent, args=(os.getppid(),), daemon=True).start()
+    threading.Thread(target=_watch_parent, args=(parent,), daemon=True).start()
     _STATE.update(media=media, options=options, cache=collections.OrderedDict(), size=0)
     _STATE["cap"] = cache_bytes
     if media.family != "synthetic":
@@ -169,8 +172,9 @@ class MediaPool:
         n = max(1, options.workers)
         per_worker = int(options.cache_gb * (1 << 30) / n)
         ctx = multiprocessing.get_context("spawn")
+        args = (media, options, per_worker, os.getpid())
         self._start = lambda: ProcessPoolExecutor(
-            1, mp_context=ctx, initializer=_init_worker, initargs=(media, options, per_worker)
+            1, mp_context=ctx, initializer=_init_worker, initargs=args
         )
         self._pools = [self._start() for _ in range(n)]
         self._pending = [0] * n
