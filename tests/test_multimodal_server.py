@@ -347,7 +347,8 @@ def test_workers_of_a_server_gone_before_they_started_end_too(tmp_path):
     import signal
     import subprocess
     import sys
-    import time
+
+    from vllm_helpers import alive, wait_until
 
     printed = tmp_path / "pids"
     with printed.open("w") as f:  # (not a pipe: the workers would hold it open)
@@ -358,18 +359,10 @@ def test_workers_of_a_server_gone_before_they_started_end_too(tmp_path):
     pids = [int(p) for p in printed.read_text().split()]
     assert len(pids) == 2
 
-    def alive(pid: int) -> bool:
-        try:
-            os.kill(pid, 0)
-        except ProcessLookupError:
-            return False
-        return True
-
     try:
-        deadline = time.monotonic() + 30
-        while any(map(alive, pids)) and time.monotonic() < deadline:
-            time.sleep(0.2)
-        assert not any(map(alive, pids)), "media workers outlived their server"
+        wait_until(
+            lambda: not any(map(alive, pids)), 30, "the media workers to end with their server"
+        )
     finally:
         for pid in pids:
             if alive(pid):
