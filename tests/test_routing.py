@@ -410,6 +410,33 @@ def test_the_engines_tokenwire_spawns_are_configured_for_its_routing():
     assert fleet_options.engine_args(parsed("--data-parallel-size", "2"), given) == []
 
 
+def test_the_kv_events_ports_are_picked_below_the_ephemeral_range(monkeypatch):
+    """The ports tokenwire gives its spawned engines for the KV-cache events are free, in a
+    run, and below the range the kernel hands out to ``bind(0)``: no other process asking for
+    any port can be given one between tokenwire's pick and the engines' start. Where that range
+    leaves no room below it, a run from ``bind(0)`` is the fallback."""
+    import socket
+
+    from tokenwire.entrypoints.options import fleet as fleet_options
+
+    low = fleet_options._ephemeral_low()
+    for _ in range(20):
+        base = fleet_options._free_port_run(4)
+        assert base >= 10000 and base + 4 <= low
+        socks = [socket.socket() for _ in range(4)]
+        try:
+            for i, s in enumerate(socks):
+                s.bind(("127.0.0.1", base + i))
+        finally:
+            for s in socks:
+                s.close()
+    monkeypatch.setattr(fleet_options, "_ephemeral_low", lambda: 10500)
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        ephemeral = s.getsockname()[1]
+    assert fleet_options._free_port_run(2) >= min(ephemeral, 32768)
+
+
 @pytest.mark.parametrize("policy", ["fcfs", "priority"])
 def test_the_engines_scheduling_policy(policy):
     """``--scheduling-policy priority`` (passed to the engines): an engine with one batch slot

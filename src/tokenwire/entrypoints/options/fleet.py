@@ -239,16 +239,24 @@ def routing_config(args: argparse.Namespace) -> RoutingConfig:
     )
 
 
+def _ephemeral_low() -> int:
+    """The lowest port the kernel hands out to ``bind(0)`` (Linux's ``ip_local_port_range``)."""
+    try:
+        with open("/proc/sys/net/ipv4/ip_local_port_range") as f:
+            return int(f.read().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 32768
+
+
 def _free_port_run(count: int, host: str = "127.0.0.1") -> int:
-    """A TCP port such that it and the ``count - 1`` after it are free now."""
+    """A TCP port such that it and the ``count - 1`` after it are free now, picked below the
+    kernel's ephemeral range where it can: the engines bind (or connect to) these ports after
+    tokenwire has closed its probes, and a port from ``bind(0)`` can be handed to another
+    process in between; one below that range is never handed out that way."""
+    import random
     import socket
 
-    for _ in range(100):
-        with socket.socket() as s:
-            s.bind((host, 0))
-            base = s.getsockname()[1]
-        if base + count > 65535:
-            continue
+    def free_from(base: int) -> bool:
         socks = []
         try:
             for port in range(base, base + count):
@@ -256,11 +264,24 @@ def _free_port_run(count: int, host: str = "127.0.0.1") -> int:
                 socks.append(sock)
                 sock.bind((host, port))
         except OSError:
-            continue
+            return False
         finally:
             for sock in socks:
                 sock.close()
-        return base
+        return True
+
+    low = _ephemeral_low()
+    if low - count > 11000:
+        for _ in range(100):
+            base = random.randrange(10000, low - count)
+            if free_from(base):
+                return base
+    for _ in range(100):
+        with socket.socket() as s:
+            s.bind((host, 0))
+            base = s.getsockname()[1]
+        if base + count <= 65536 and free_from(base):
+            return base
     raise SystemExit(f"tokenwire: no run of {count} free ports for the KV-cache events")
 
 
