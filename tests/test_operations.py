@@ -121,6 +121,29 @@ def test_serve_announces_itself_once_the_socket_accepts():
         proc.wait(10)
 
 
+def test_the_server_process_collects_garbage_in_a_larger_young_generation(monkeypatch):
+    """The served process starts a young garbage collection after 50,000 net container
+    allocations, not Python's 700: the state of the requests in flight (a long prompt's 8,000
+    token ids among it) is freed by reference counting when each ends, instead of being walked
+    by a collection every few requests (docs/performance.md, round 14)."""
+    import gc
+
+    from tokenwire.entrypoints import serve
+    from tokenwire.server.serving import TokenwireServer
+
+    seen: list[tuple[int, int, int]] = []
+    monkeypatch.setattr(TokenwireServer, "__init__", lambda self, *a, **k: None)
+    monkeypatch.setattr(
+        TokenwireServer, "run", lambda self, *a, **k: seen.append(gc.get_threshold())
+    )
+    before = gc.get_threshold()
+    try:
+        serve.run_server(None, None, 1.0, "", 0.0)
+    finally:
+        gc.set_threshold(*before)
+    assert seen == [(50_000, 10, 10)] == [serve.SERVER_GC_THRESHOLD]
+
+
 def test_no_access_line_is_made_while_its_logger_takes_no_info(caplog, monkeypatch):
     """Below INFO (``--log-level warning``) the access log writes nothing, so no request pays for
     its line; at INFO each request gets one."""
