@@ -5,9 +5,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import random
 import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -16,37 +14,19 @@ from pathlib import Path
 
 import httpx
 
+from tokenwire.entrypoints.options.fleet import _free_port_run
+
 ROOT = Path(__file__).resolve().parent.parent
 ENV_SCRIPT = ROOT / "scripts" / "vllm_cpu_env.py"
-
-
-def _ephemeral_low() -> int:
-    """The lowest port the kernel hands out to ``bind(0)`` (Linux's ``ip_local_port_range``)."""
-    try:
-        with open("/proc/sys/net/ipv4/ip_local_port_range") as f:
-            return int(f.read().split()[0])
-    except (OSError, ValueError, IndexError):
-        return 32768
 
 
 def free_port() -> int:
     """A free port below the kernel's ephemeral range: a server started later binds it, and a
     process that asks for any port meanwhile (a vLLM engine picking its own) is never given it.
     A port from ``bind(0)`` was closed and handed out again: a test failed with "address
-    already in use" while four servers started together."""
-    low = _ephemeral_low()
-    if low > 11000:
-        for _ in range(50):
-            port = random.randrange(10000, low)
-            with socket.socket() as s:
-                try:
-                    s.bind(("127.0.0.1", port))
-                except OSError:
-                    continue
-                return port
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    already in use" while four servers started together. (The way tokenwire picks the ports of
+    the engines it spawns.)"""
+    return _free_port_run(1)
 
 
 def wait_until(done, timeout: float = 30, what: str = "condition") -> None:
@@ -96,8 +76,11 @@ def start_streams(
     bodies: list[str] = []
 
     def reader() -> None:
-        with httpx.stream("POST", url + "/v1/completions", json=body, timeout=timeout) as resp:
-            bodies.append("".join(resp.iter_text()))
+        try:
+            with httpx.stream("POST", url + "/v1/completions", json=body, timeout=timeout) as resp:
+                bodies.append("".join(resp.iter_text()))
+        except httpx.HTTPError as exc:  # (a test that kills the server mid-stream reads this)
+            bodies.append(f"<read failed: {exc}>")
 
     threads = [threading.Thread(target=reader) for _ in range(count)]
     for t in threads:
