@@ -431,10 +431,7 @@ def test_the_kv_events_ports_are_picked_below_the_ephemeral_range(monkeypatch):
             for s in socks:
                 s.close()
     monkeypatch.setattr(fleet_options, "_ephemeral_low", lambda: 10500)
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        ephemeral = s.getsockname()[1]
-    assert fleet_options._free_port_run(2) >= min(ephemeral, 32768)
+    assert fleet_options._free_port_run(2) >= low  # (from bind(0): in the ephemeral range)
 
 
 @pytest.mark.parametrize("policy", ["fcfs", "priority"])
