@@ -358,7 +358,10 @@ def test_without_events_by_what_was_sent_where_and_fewest_spreads_prefixes():
         engine,
         _,
     ):
-        cached = _round(url, 3, concurrency=6)
+        # Four at a time: each worker sends two system prompts' requests, one after the other,
+        # so none is sent while its system's first is still in prefill (at six at a time that
+        # race, on a busy machine, left more first requests uncached than the margin).
+        cached = _round(url, 3, concurrency=4)
         assert sum(1 for n in cached if n > 0) >= len(cached) - len(SYSTEMS) - 2
         assert not engine._routing.index.exact(0)  # (no events came)
         # the same engines, caches emptied, routed by requests in flight: each prompt is
