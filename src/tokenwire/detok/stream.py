@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from codecs import utf_8_decode as _utf8_decode
 from collections.abc import Iterable, Sequence
+from itertools import islice
 from typing import TYPE_CHECKING, Any
 
 from tokenwire.detok.tables import (
@@ -311,7 +312,13 @@ class DecodeStream:
             except UnicodeDecodeError:
                 self._run_bad = True
             if self._strip_left:
-                usable = [i for i in prompt if 0 <= i < n and cls[i] != UNKNOWN and cls[i] != EMPTY]
+                # (only the prompt's first usable ids decide it: a long prompt is not walked)
+                usable = list(
+                    islice(
+                        (i for i in prompt if 0 <= i < n and cls[i] != UNKNOWN and cls[i] != EMPTY),
+                        _STRIP_LOOKAHEAD,
+                    )
+                )
                 self._strip_left = self._strip_after(usable)
         # Bytes of a character the prompt left unfinished: the character is emitted whole if the
         # generation completes it; if not, its U+FFFD belongs to the prompt's text.
