@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
+import functools
 import json
 import lzma
 import os
 import threading
 from collections.abc import Callable, Hashable, Iterable, Sequence
 from importlib import resources
-from typing import Any, TypeVar
+from typing import Annotated, Any, TypeVar
 
+import msgspec
 import tokenizers
 
 from tokenwire.fast_bpe import FastBpe
@@ -21,6 +23,12 @@ T = TypeVar("T")
 
 DEFAULT_TOKENIZER_NAME = "Qwen/Qwen3-0.6B"
 _DEFAULT_DIR = "qwen3"
+
+
+@functools.lru_cache(maxsize=16)
+def _ids_below(n: int) -> Any:
+    """The msgspec type of a list of token ids in ``[0, n)``."""
+    return list[Annotated[int, msgspec.Meta(ge=0, lt=n)]]
 
 
 def _token_content(value: Any) -> str | None:
@@ -313,6 +321,11 @@ class Tokenizer:
         """Every id must be an integer in ``[0, model_vocab_size)``; otherwise ``ValidationError``
         naming the first bad position and value."""
         n = self.model_vocab_size
+        try:  # (the usual case, valid ids, in one pass of msgspec's C code)
+            msgspec.convert(ids, _ids_below(n))
+            return
+        except msgspec.ValidationError:
+            pass  # (the first bad one named below)
         for pos, i in enumerate(ids):
             if isinstance(i, bool) or not isinstance(i, int):
                 raise ValidationError(

@@ -25,6 +25,7 @@ from tokenwire.server.extras import (
     engine_fields,
 )
 from tokenwire.server.fields import (
+    all_ints,
     check_choices,
     flag,
     is_int,
@@ -131,8 +132,7 @@ def parse_generate(
     ):
         raise ValidationError("text must be a string or a list of strings", param="text")
     if has_ids and not (
-        isinstance(value, list)
-        and (all(is_int(v) for v in value) or all(isinstance(v, list) for v in value))
+        isinstance(value, list) and (all_ints(value) or all(isinstance(v, list) for v in value))
     ):
         raise ValidationError(
             "input_ids must be a list of token ids or a list of such lists", param="input_ids"
