@@ -17,12 +17,25 @@ import tokenizers
 from tokenwire.fast_bpe import FastBpe
 from tokenwire.messages.errors import DecodeError, TokenizeError, ValidationError
 
-__all__ = ["DEFAULT_TOKENIZER_NAME", "Tokenizer"]
+__all__ = ["DEFAULT_TOKENIZER_NAME", "Tokenizer", "all_ints"]
 
 T = TypeVar("T")
 
 DEFAULT_TOKENIZER_NAME = "Qwen/Qwen3-0.6B"
 _DEFAULT_DIR = "qwen3"
+
+
+_INT_LIST = list[int]
+
+
+def all_ints(values: list[Any]) -> bool:
+    """Whether every item of ``values`` is an integer (not a bool), as a token-id list must be:
+    checked in one pass of msgspec's C code, item by item in Python only when that refuses."""
+    try:
+        msgspec.convert(values, _INT_LIST)
+    except msgspec.ValidationError:
+        return all(isinstance(v, int) and not isinstance(v, bool) for v in values)
+    return True
 
 
 @functools.lru_cache(maxsize=16)

@@ -16,7 +16,7 @@ from typing import Any
 
 from tokenwire.context_length import PIECE_CHARS, encode_within, max_prompt_chars
 from tokenwire.messages.errors import TokenizeError, ValidationError
-from tokenwire.tokenizer import Tokenizer
+from tokenwire.tokenizer import Tokenizer, all_ints
 
 __all__ = [
     "MAX_POOLING_INPUTS",
@@ -66,14 +66,14 @@ def pooling_inputs(value: Any, field: str = "input") -> list[Input]:
             "token-id lists, and not empty",
             param=field,
         )
-    if all(_is_int(v) for v in value):
+    if all_ints(value):
         return [list(value)]
     _check_count(len(value), field)
     out: list[Input] = []
     for i, item in enumerate(value):
         if isinstance(item, str):
             out.append(item)
-        elif isinstance(item, list) and item and all(_is_int(v) for v in item):
+        elif isinstance(item, list) and item and all_ints(item):
             out.append(list(item))
         else:
             raise ValidationError(

@@ -19,7 +19,7 @@ from tokenwire.messages.errors import ValidationError
 from tokenwire.messages.sampling import SamplingParams
 from tokenwire.runtime import Features
 from tokenwire.server.fields import is_int
-from tokenwire.tokenizer import Tokenizer
+from tokenwire.tokenizer import Tokenizer, all_ints
 
 __all__ = [
     "ENGINE_FIELDS",
@@ -159,7 +159,7 @@ def check_chat_refused(body: Mapping[str, Any]) -> None:
 
 
 def _ids(value: Any, name: str, tok: Tokenizer, *, most: int | None = None) -> list[int]:
-    if not isinstance(value, list) or not value or not all(is_int(v) for v in value):
+    if not isinstance(value, list) or not value or not all_ints(value):
         raise ValidationError(f"{name} must be a non-empty list of token ids", param=name)
     if most is not None and len(value) > most:
         raise ValidationError(f"{name} has {len(value)} ids, more than {most}", param=name)

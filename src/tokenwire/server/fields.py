@@ -9,18 +9,15 @@ import logging
 from collections.abc import Mapping
 from typing import Any
 
-import msgspec
-
 from tokenwire.context_length import encode_truncated, encode_within, max_prompt_chars
 from tokenwire.engine import LoraAdapter
 from tokenwire.messages.errors import ModelNotFoundError, ValidationError
 from tokenwire.runtime.models import ServedModels
-from tokenwire.tokenizer import Tokenizer
+from tokenwire.tokenizer import Tokenizer, all_ints
 
 __all__ = [
     "MAX_CHOICES",
     "MAX_REQUEST_ID_LEN",
-    "all_ints",
     "check_choices",
     "check_model",
     "check_text_length",
@@ -106,19 +103,6 @@ def is_int(v: object) -> bool:
     return isinstance(v, int) and not isinstance(v, bool)
 
 
-_INT_LIST = list[int]
-
-
-def all_ints(values: list[Any]) -> bool:
-    """Whether every item of ``values`` is an integer (not a bool): ``is_int`` of each, a list
-    of them (a token-id prompt) checked in one pass of msgspec's C code, not item by item."""
-    try:
-        msgspec.convert(values, _INT_LIST)
-    except msgspec.ValidationError:
-        return all(is_int(v) for v in values)
-    return True
-
-
 def flag(body: Mapping[str, Any], name: str, default: bool) -> bool:
     """A boolean field (null: ``default``)."""
     value = body.get(name)
@@ -187,7 +171,7 @@ def prompt_ids(
             else:
                 keep, side = truncate
                 ids = encode_truncated(tok, p, keep, side=side, add_special_tokens=add_special)
-        elif isinstance(p, list) and all_ints(p):
+        elif isinstance(p, list) and (p is value or all_ints(p)):  # (value: checked above)
             ids = list(p)
             tok.validate_prompt_ids(ids, field=where)
         else:

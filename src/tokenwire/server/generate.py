@@ -25,7 +25,6 @@ from tokenwire.server.extras import (
     engine_fields,
 )
 from tokenwire.server.fields import (
-    all_ints,
     check_choices,
     flag,
     is_int,
@@ -45,7 +44,7 @@ from tokenwire.server.streaming import (
     serve_plan,
 )
 from tokenwire.structured import check_grammar_params
-from tokenwire.tokenizer import Tokenizer
+from tokenwire.tokenizer import Tokenizer, all_ints
 
 if TYPE_CHECKING:
     from tokenwire.server.app import App, Handler

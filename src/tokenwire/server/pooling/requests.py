@@ -53,7 +53,7 @@ from tokenwire.runtime.pooling import PoolingPlan
 from tokenwire.server.fields import check_model, flag, is_int, lora_path, request_id
 from tokenwire.server.fields import warn_unknown_fields as _warn_unknown
 from tokenwire.server.openai.parse import render_conversation
-from tokenwire.tokenizer import Tokenizer
+from tokenwire.tokenizer import Tokenizer, all_ints
 
 __all__ = [
     "Encoding",
@@ -489,8 +489,8 @@ def parse_encode(
         raise ValidationError("give either text or input_ids", param="text")
     field_name = "text" if text is not None else "input_ids"
     value = text if text is not None else ids
-    batch = isinstance(value, list) and not (value and all(is_int(v) for v in value))
-    if text is not None and isinstance(text, list) and text and all(is_int(v) for v in text):
+    batch = isinstance(value, list) and not (value and all_ints(value))
+    if text is not None and isinstance(text, list) and text and all_ints(text):
         raise ValidationError("text must be a string or a list of strings", param="text")
     items = pooling_inputs(value, field_name)
     prompts = tokenize_inputs(
